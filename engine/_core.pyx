@@ -1,0 +1,264 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Thin Cython binding of the luce C API (native/include/luce.h).
+
+Every call that computes runs with the GIL released. Status codes become the exceptions of
+luce_engine.errors with the library's message. The friendlier API lives in model.py/engine.py.
+"""
+from libc.stdint cimport int32_t, uint64_t
+from libc.stdlib cimport malloc, free
+from cpython.ref cimport PyObject
+
+include "_luce_api.pxi"
+
+import numpy as np
+
+from luce_engine.errors import STATUS_ERRORS, EngineError
+
+CACHE_TYPES = {"f16": LUCE_CACHE_F16, "q8_0": LUCE_CACHE_Q8_0, "q4_0": LUCE_CACHE_Q4_0}
+
+
+cdef raise_status(luce_status st):
+    msg = luce_last_error().decode("utf-8", "replace")
+    raise STATUS_ERRORS.get(<int>st, EngineError)(msg or f"luce error {<int>st}")
+
+
+def set_verbose(bint verbose):
+    luce_set_verbose(verbose)
+
+
+def devices():
+    """List of dicts describing the devices ggml's backend registry knows."""
+    cdef luce_device_info info
+    out = []
+    for i in range(luce_device_count()):
+        if luce_device_get(i, &info) == LUCE_OK:
+            out.append({
+                "name": info.name.decode(), "description": info.description.decode(),
+                "kind": info.kind.decode(), "memory_free": info.memory_free, "memory_total": info.memory_total,
+            })
+    return out
+
+
+cdef dict _plan_dict(luce_memory_plan * p):
+    return {"weights": p.weights, "kv_cache": p.kv_cache, "compute": p.compute, "outputs": p.outputs,
+            "total": p.total, "device_free": p.device_free, "n_ctx": p.n_ctx}
+
+
+cdef class CoreModel:
+    cdef luce_model * ptr
+    cdef readonly str path
+
+    def __cinit__(self, str path, str device="auto", bint use_mmap=True, int n_threads=0):
+        cdef luce_model_params params = luce_model_default_params()
+        cdef bytes bpath = path.encode()
+        cdef bytes bdev = device.encode()
+        cdef const char * cpath = bpath
+        params.device = bdev
+        params.use_mmap = use_mmap
+        params.n_threads = n_threads
+        cdef luce_status st
+        self.path = path
+        with nogil:
+            st = luce_model_load(cpath, params, &self.ptr)
+        if st != LUCE_OK:
+            raise_status(st)
+
+    def __dealloc__(self):
+        if self.ptr is not NULL:
+            luce_model_free(self.ptr)
+            self.ptr = NULL
+
+    @property
+    def info(self):
+        return {
+            "arch": luce_model_arch(self.ptr).decode(), "name": luce_model_name(self.ptr).decode("utf-8", "replace"),
+            "device": luce_model_device(self.ptr).decode(), "n_vocab": luce_model_n_vocab(self.ptr),
+            "n_embd": luce_model_n_embd(self.ptr), "n_layer": luce_model_n_layer(self.ptr),
+            "n_ctx_train": luce_model_n_ctx_train(self.ptr), "n_params": luce_model_n_params(self.ptr),
+            "weight_bytes": luce_model_weight_bytes(self.ptr), "types": luce_model_type_summary(self.ptr).decode(),
+        }
+
+    def plan(self, int n_ctx=0, int n_batch=512, str cache_type_k="f16", str cache_type_v="f16", bint kv_rotation=True):
+        """Memory plan for an engine with these settings; raises InsufficientMemoryError if it does not fit."""
+        cdef luce_engine_params ep = _engine_params(n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation)
+        cdef luce_memory_plan plan
+        cdef luce_status st = luce_engine_plan(self.ptr, ep, &plan)
+        if st != LUCE_OK:
+            raise_status(st)
+        return _plan_dict(&plan)
+
+
+cdef luce_engine_params _engine_params(int n_ctx, int n_batch, str tk, str tv, bint rot) except *:
+    for name, value in (("cache_type_k", tk), ("cache_type_v", tv)):
+        if value not in CACHE_TYPES:
+            raise ValueError(f"{name} must be one of {', '.join(CACHE_TYPES)}, not {value!r}")
+    cdef luce_engine_params p = luce_engine_default_params()
+    p.n_ctx = n_ctx
+    p.n_batch = n_batch
+    p.type_k = CACHE_TYPES[tk]
+    p.type_v = CACHE_TYPES[tv]
+    p.kv_rotation = rot
+    return p
+
+
+cdef struct _progress_ctx:
+    PyObject * callback
+    PyObject * errors   # a list: the callback's exception, if it raised
+
+
+cdef cbool _progress_trampoline(int32_t done, int32_t total, void * ud) noexcept with gil:
+    cdef _progress_ctx * ctx = <_progress_ctx *> ud
+    try:
+        return (<object> ctx.callback)(done, total) is not False
+    except BaseException as exc:   # stop the prefill and re-raise on the calling side
+        (<list> ctx.errors).append(exc)
+        return False
+
+
+cdef class SamplingParams:
+    """Native sampling parameters (built from luce_engine.Sampling)."""
+    cdef luce_sampling_params p
+
+    def __cinit__(self, float temperature=0.0, int top_k=0, float top_p=1.0, float min_p=0.0,
+                  float repeat_penalty=1.0, float presence_penalty=0.0, int penalty_last_n=64, uint64_t seed=0):
+        self.p = luce_sampling_default_params()
+        self.p.temperature = temperature
+        self.p.top_k = top_k
+        self.p.top_p = top_p
+        self.p.min_p = min_p
+        self.p.repeat_penalty = repeat_penalty
+        self.p.presence_penalty = presence_penalty
+        self.p.penalty_last_n = penalty_last_n
+        self.p.seed = seed
+
+
+cdef class CoreEngine:
+    cdef luce_engine * ptr
+    cdef readonly CoreModel model
+    cdef int n_vocab
+
+    def __cinit__(self, CoreModel model, int n_ctx=0, int n_batch=512, str cache_type_k="f16",
+                  str cache_type_v="f16", bint kv_rotation=True):
+        cdef luce_engine_params ep = _engine_params(n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation)
+        cdef luce_status st
+        self.model = model
+        self.n_vocab = luce_model_n_vocab(model.ptr)
+        with nogil:
+            st = luce_engine_create(model.ptr, ep, &self.ptr)
+        if st != LUCE_OK:
+            raise_status(st)
+
+    def __dealloc__(self):
+        if self.ptr is not NULL:
+            luce_engine_free(self.ptr)
+            self.ptr = NULL
+
+    def prefill(self, tokens, bint logits_all=False, progress=None):
+        cdef int32_t[::1] buf = np.ascontiguousarray(tokens, dtype=np.int32)
+        cdef int32_t n = buf.shape[0]
+        cdef luce_status st
+        cdef _progress_ctx ctx
+        cdef luce_progress_cb cb = NULL
+        if progress is not None:
+            cb = _progress_trampoline
+        errors = []
+        ctx.callback = <PyObject *> progress
+        ctx.errors = <PyObject *> errors
+        if n == 0:
+            raise ValueError("prefill needs at least one token")
+        with nogil:
+            st = luce_engine_prefill(self.ptr, &buf[0], n, logits_all, cb, &ctx)
+        if errors:
+            raise errors[0]
+        if st != LUCE_OK:
+            raise_status(st)
+
+    def logits(self, int i=-1):
+        """Copy of logits row i of the last evaluation (float32 [n_vocab])."""
+        cdef const float * row = luce_engine_logits(self.ptr, i)
+        if row is NULL:
+            raise IndexError(f"no logits row {i} (rows kept: {luce_engine_n_logits(self.ptr)})")
+        return np.asarray(<const float[:self.n_vocab]> row).copy()
+
+    def all_logits(self):
+        """Copy of every kept row: float32 [n_rows, n_vocab]."""
+        cdef int32_t n = luce_engine_n_logits(self.ptr)
+        if n == 0:
+            return np.zeros((0, self.n_vocab), dtype=np.float32)
+        cdef const float * base = luce_engine_logits(self.ptr, 0)
+        return np.asarray(<const float[:n * self.n_vocab]> base).reshape(n, self.n_vocab).copy()
+
+    def sample(self, SamplingParams params, int i=-1):
+        cdef int32_t tok = 0
+        cdef luce_status st
+        with nogil:
+            st = luce_engine_sample(self.ptr, &params.p, i, &tok)
+        if st != LUCE_OK:
+            raise_status(st)
+        return tok
+
+    def set_seed(self, uint64_t seed):
+        luce_engine_set_seed(self.ptr, seed)
+
+    def step(self, SamplingParams params):
+        """One step: returns (tokens, provenance flags, n_drafted, n_accepted, sample_ms, decode_ms)."""
+        cdef luce_step_result r
+        cdef luce_status st
+        with nogil:
+            st = luce_engine_step(self.ptr, &params.p, &r)
+        if st != LUCE_OK:
+            raise_status(st)
+        toks = [r.tokens[i] for i in range(r.n_tokens)]
+        prov = [r.provenance[i] for i in range(r.n_tokens)]
+        return toks, prov, r.n_drafted, r.n_accepted, r.sample_ms, r.decode_ms
+
+    def truncate(self, int n):
+        cdef luce_status st
+        with nogil:
+            st = luce_engine_truncate(self.ptr, n)
+        if st != LUCE_OK:
+            raise_status(st)
+
+    def cancel(self):
+        with nogil:
+            luce_engine_cancel(self.ptr)
+
+    def clear_cancel(self):
+        luce_engine_clear_cancel(self.ptr)
+
+    @property
+    def n_past(self):
+        return luce_engine_n_past(self.ptr)
+
+    @property
+    def n_ctx(self):
+        return luce_engine_n_ctx(self.ptr)
+
+    @property
+    def n_logits(self):
+        return luce_engine_n_logits(self.ptr)
+
+    def tokens(self):
+        cdef int32_t n = luce_engine_n_past(self.ptr)
+        if n == 0:
+            return []
+        cdef const int32_t * t = luce_engine_tokens(self.ptr)
+        return [t[i] for i in range(n)]
+
+    def stats(self):
+        cdef luce_stats s
+        luce_engine_stats(self.ptr, &s)
+        return {"n_prefill_tokens": s.n_prefill_tokens, "prefill_ms": s.prefill_ms,
+                "n_decode_tokens": s.n_decode_tokens, "decode_ms": s.decode_ms, "sample_ms": s.sample_ms,
+                "n_graph_builds": s.n_graph_builds, "n_graph_reuses": s.n_graph_reuses,
+                "compute_buffer_bytes": s.compute_buffer_bytes}
+
+    def reset_stats(self):
+        luce_engine_reset_stats(self.ptr)
+
+    def memory_plan(self):
+        cdef luce_memory_plan p
+        cdef luce_status st = luce_engine_memory_plan(self.ptr, &p)
+        if st != LUCE_OK:
+            raise_status(st)
+        return _plan_dict(&p)

@@ -1,0 +1,126 @@
+# Declarations of the C API in native/include/luce.h, textually included by _core.pyx.
+from libc.stdint cimport int32_t, uint8_t, uint64_t, int64_t
+from libcpp cimport bool as cbool
+
+cdef extern from "luce.h" nogil:
+    ctypedef enum luce_status:
+        LUCE_OK
+        LUCE_ERR_INVALID_ARG
+        LUCE_ERR_IO
+        LUCE_ERR_FORMAT
+        LUCE_ERR_UNSUPPORTED
+        LUCE_ERR_MODEL
+        LUCE_ERR_DEVICE
+        LUCE_ERR_MEMORY
+        LUCE_ERR_CONTEXT
+        LUCE_ERR_CANCELLED
+        LUCE_ERR_STATE
+        LUCE_ERR_COMPUTE
+
+    const char * luce_last_error()
+    void luce_set_verbose(bint verbose)
+
+    ctypedef struct luce_device_info:
+        char name[64]
+        char description[128]
+        char kind[8]
+        size_t memory_free
+        size_t memory_total
+    int32_t luce_device_count()
+    luce_status luce_device_get(int32_t index, luce_device_info * out)
+
+    ctypedef struct luce_model:
+        pass
+    ctypedef struct luce_model_params:
+        const char * device
+        bint use_mmap
+        int32_t n_threads
+    luce_model_params luce_model_default_params()
+    luce_status luce_model_load(const char * path, luce_model_params params, luce_model ** out)
+    void luce_model_free(luce_model * model)
+    const char * luce_model_arch(const luce_model * model)
+    const char * luce_model_name(const luce_model * model)
+    const char * luce_model_device(const luce_model * model)
+    int32_t luce_model_n_vocab(const luce_model * model)
+    int32_t luce_model_n_embd(const luce_model * model)
+    int32_t luce_model_n_layer(const luce_model * model)
+    int32_t luce_model_n_ctx_train(const luce_model * model)
+    uint64_t luce_model_n_params(const luce_model * model)
+    uint64_t luce_model_weight_bytes(const luce_model * model)
+    const char * luce_model_type_summary(const luce_model * model)
+
+    ctypedef enum luce_cache_type:
+        LUCE_CACHE_F16
+        LUCE_CACHE_Q8_0
+        LUCE_CACHE_Q4_0
+
+    ctypedef struct luce_engine:
+        pass
+    ctypedef struct luce_engine_params:
+        int32_t n_ctx
+        int32_t n_batch
+        luce_cache_type type_k
+        luce_cache_type type_v
+        bint kv_rotation
+    luce_engine_params luce_engine_default_params()
+
+    ctypedef struct luce_memory_plan:
+        uint64_t weights
+        uint64_t kv_cache
+        uint64_t compute
+        uint64_t outputs
+        uint64_t total
+        uint64_t device_free
+        int32_t n_ctx
+    luce_status luce_engine_plan(const luce_model * model, luce_engine_params params, luce_memory_plan * plan)
+    luce_status luce_engine_create(luce_model * model, luce_engine_params params, luce_engine ** out)
+    void luce_engine_free(luce_engine * engine)
+
+    ctypedef cbool (*luce_progress_cb)(int32_t done, int32_t total, void * user_data) noexcept
+    luce_status luce_engine_prefill(luce_engine * engine, const int32_t * tokens, int32_t n_tokens,
+                                    bint logits_all, luce_progress_cb progress, void * user_data)
+    const float * luce_engine_logits(const luce_engine * engine, int32_t i)
+    int32_t luce_engine_n_logits(const luce_engine * engine)
+
+    ctypedef struct luce_sampling_params:
+        float temperature
+        int32_t top_k
+        float top_p
+        float min_p
+        float repeat_penalty
+        float presence_penalty
+        int32_t penalty_last_n
+        uint64_t seed
+    luce_sampling_params luce_sampling_default_params()
+    luce_status luce_engine_sample(luce_engine * engine, const luce_sampling_params * params, int32_t i, int32_t * token)
+    void luce_engine_set_seed(luce_engine * engine, uint64_t seed)
+
+    enum: LUCE_MAX_STEP_TOKENS
+    ctypedef struct luce_step_result:
+        int32_t n_tokens
+        int32_t tokens[64]
+        uint8_t provenance[64]
+        int32_t n_drafted
+        int32_t n_accepted
+        double sample_ms
+        double decode_ms
+    luce_status luce_engine_step(luce_engine * engine, const luce_sampling_params * params, luce_step_result * out)
+    luce_status luce_engine_truncate(luce_engine * engine, int32_t n)
+    void luce_engine_cancel(luce_engine * engine)
+    void luce_engine_clear_cancel(luce_engine * engine)
+    int32_t luce_engine_n_past(const luce_engine * engine)
+    int32_t luce_engine_n_ctx(const luce_engine * engine)
+    const int32_t * luce_engine_tokens(const luce_engine * engine)
+
+    ctypedef struct luce_stats:
+        int64_t n_prefill_tokens
+        double prefill_ms
+        int64_t n_decode_tokens
+        double decode_ms
+        double sample_ms
+        int64_t n_graph_builds
+        int64_t n_graph_reuses
+        uint64_t compute_buffer_bytes
+    void luce_engine_stats(const luce_engine * engine, luce_stats * out)
+    void luce_engine_reset_stats(luce_engine * engine)
+    luce_status luce_engine_memory_plan(const luce_engine * engine, luce_memory_plan * plan)

@@ -1,0 +1,200 @@
+"""Engine: a model's context (KV cache), prefill, stepping, generation and cancellation.
+
+One thread drives an Engine; `cancel()` may be called from any other thread. Every native call
+that computes releases the GIL, so a UI thread keeps running while the engine works.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from luce_engine import _core
+from luce_engine.errors import GenerationCancelled
+from luce_engine.model import Model
+from luce_engine.sampling import Sampling
+
+ProgressFn = Callable[[int, int], object]   # (done, total) -> False to cancel
+
+
+@dataclasses.dataclass
+class StepResult:
+    """What one engine step committed.
+
+    tokens/drafted: the committed tokens and, per token, whether it came from an accepted draft
+    (always False without a draft model). text: the decoded text these tokens completed (held
+    back while a stop string may be forming). finish_reason is set on the last result of a
+    generation: "eos", "stop", "length", "context" or "cancelled".
+    """
+
+    tokens: list[int]
+    drafted: list[bool]
+    n_drafted: int = 0
+    n_accepted: int = 0
+    sample_ms: float = 0.0
+    decode_ms: float = 0.0
+    text: str = ""
+    finish_reason: str | None = None
+
+
+class _StopMatcher:
+    """Finds stop strings in streamed text, holding back any tail that could begin one."""
+
+    def __init__(self, stops: Sequence[str]):
+        self.stops = [s for s in stops if s]
+        self.pending = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        buf = self.pending + text
+        hits = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            self.pending = ""
+            return buf[: min(hits)], True
+        hold = 0
+        for s in self.stops:
+            for k in range(min(len(s) - 1, len(buf)), 0, -1):
+                if buf.endswith(s[:k]):
+                    hold = max(hold, k)
+                    break
+        self.pending = buf[len(buf) - hold:] if hold else ""
+        return buf[: len(buf) - hold], False
+
+    def flush(self) -> str:
+        out, self.pending = self.pending, ""
+        return out
+
+
+class Engine:
+    """Inference state for one conversation on one model.
+
+    >>> eng = Engine(model, n_ctx=4096)
+    >>> for r in eng.generate(model.tokenizer.encode("Hello"), max_tokens=16):
+    ...     print(r.text, end="")
+    """
+
+    def __init__(self, model: Model, *, n_ctx: int = 0, n_batch: int = 512, cache_type_k: str = "f16",
+                 cache_type_v: str = "f16", kv_rotation: bool = True):
+        self.model = model
+        self.cache_type_k, self.cache_type_v = cache_type_k, cache_type_v
+        self._core = _core.CoreEngine(model._core, n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation)
+        self._lock = threading.Lock()
+
+    # -- state -----------------------------------------------------------------------------
+    @property
+    def n_past(self) -> int:
+        """Tokens in the context."""
+        return self._core.n_past
+
+    @property
+    def n_ctx(self) -> int:
+        """Context capacity in tokens."""
+        return self._core.n_ctx
+
+    @property
+    def tokens(self) -> list[int]:
+        return self._core.tokens()
+
+    def stats(self) -> dict:
+        return self._core.stats()
+
+    def reset_stats(self) -> None:
+        self._core.reset_stats()
+
+    def memory_plan(self) -> dict:
+        return self._core.memory_plan()
+
+    # -- compute ---------------------------------------------------------------------------
+    def prefill(self, tokens: Iterable[int], *, logits_all: bool = False, progress: ProgressFn | None = None) -> None:
+        """Append tokens to the context and evaluate them (chunked; progress(done, total) per chunk).
+
+        On cancel the completed chunks stay in the context; truncate() to undo them.
+        """
+        with self._lock:
+            self._core.prefill(np.asarray(list(tokens), dtype=np.int32), logits_all, progress)
+
+    def logits(self, i: int = -1) -> np.ndarray:
+        """Logits row i of the last evaluation (-1: the last position)."""
+        return self._core.logits(i)
+
+    def all_logits(self) -> np.ndarray:
+        """Every row kept by the last prefill(logits_all=True): [n, n_vocab]."""
+        return self._core.all_logits()
+
+    def sample(self, sampling: Sampling | None = None, i: int = -1) -> int:
+        s = sampling or Sampling()
+        with self._lock:
+            return self._core.sample(_native(s), i)
+
+    def set_seed(self, seed: int) -> None:
+        self._core.set_seed(seed)
+
+    def step(self, sampling: Sampling | None = None) -> StepResult:
+        """Commit the next token(s) from the current logits and evaluate them."""
+        s = sampling or Sampling()
+        with self._lock:
+            toks, prov, n_drafted, n_accepted, sample_ms, decode_ms = self._core.step(_native(s))
+        return StepResult(toks, [p == 1 for p in prov], n_drafted, n_accepted, sample_ms, decode_ms)
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n tokens of the context (logits for the next position are recomputed)."""
+        with self._lock:
+            self._core.truncate(n)
+
+    def cancel(self) -> None:
+        """Stop the running prefill/step at the next graph boundary (any thread)."""
+        self._core.cancel()
+
+    def generate(self, prompt: Sequence[int] | None = None, *, sampling: Sampling | None = None,
+                 max_tokens: int = 256, stop: Sequence[str] = (), stop_token_ids: Iterable[int] | None = None,
+                 progress: ProgressFn | None = None) -> Iterator[StepResult]:
+        """Prefill `prompt` (if given) and yield one StepResult per step until a stop condition.
+
+        Stops at an end-of-generation token (not included in text), a stop string (text cut
+        before it), max_tokens, a full context, or cancel(); the last result carries
+        finish_reason. Tokens are decoded with the model's tokenizer.
+        """
+        s = sampling or Sampling()
+        self._core.clear_cancel()
+        self._core.set_seed(s.resolved_seed())
+        tok = self.model.tokenizer
+        eog = set(tok.eog_ids if stop_token_ids is None else stop_token_ids)
+        decoder = tok.stream_decoder()
+        matcher = _StopMatcher(stop)
+        try:
+            if prompt:
+                self.prefill(prompt, progress=progress)
+            produced = 0
+            while produced < max_tokens:
+                if self.n_past >= self.n_ctx:
+                    yield StepResult([], [], text=matcher.flush() + decoder.flush(), finish_reason="context")
+                    return
+                r = self.step(s)
+                produced += len(r.tokens)
+                text, reason = "", None
+                for t in r.tokens:
+                    if t in eog:
+                        reason = "eos"
+                        break
+                    piece, hit = matcher.feed(decoder.feed(t))
+                    text += piece
+                    if hit:
+                        reason = "stop"
+                        break
+                if reason is None and produced >= max_tokens:
+                    reason = "length"
+                if reason in ("eos", "length"):
+                    text += matcher.feed(decoder.flush())[0] + matcher.flush()
+                r.text, r.finish_reason = text, reason
+                yield r
+                if reason:
+                    return
+        except GenerationCancelled:
+            yield StepResult([], [], text="", finish_reason="cancelled")
+
+
+def _native(s: Sampling) -> _core.SamplingParams:
+    return _core.SamplingParams(s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty, s.presence_penalty,
+                                s.penalty_last_n, 0 if s.seed is None else s.seed)

@@ -1,0 +1,68 @@
+"""A loaded GGUF model: weights on a device (native) plus its tokenizer and chat template."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+from luce_engine import _core
+
+
+class Model:
+    """A validated GGUF model on a device.
+
+    >>> m = Model("SmolLM2-135M-Instruct.Q4_1.gguf", device="cpu")
+    >>> m.arch, m.n_vocab
+    ('llama', 49152)
+
+    Bad files raise a specific error naming the file and the key or tensor at fault
+    (ModelFormatError, ModelValidationError, UnsupportedModelError, ModelFileError).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, device: str = "auto", use_mmap: bool = True, n_threads: int = 0):
+        self.path = str(Path(path).expanduser())
+        self._core = _core.CoreModel(self.path, device, use_mmap, n_threads)
+        self._info = self._core.info
+
+    # -- metadata --------------------------------------------------------------------------
+    arch = property(lambda self: self._info["arch"])
+    name = property(lambda self: self._info["name"])
+    device = property(lambda self: self._info["device"])
+    n_vocab = property(lambda self: self._info["n_vocab"])
+    n_embd = property(lambda self: self._info["n_embd"])
+    n_layer = property(lambda self: self._info["n_layer"])
+    n_ctx_train = property(lambda self: self._info["n_ctx_train"])
+    n_params = property(lambda self: self._info["n_params"])
+    weight_bytes = property(lambda self: self._info["weight_bytes"])
+    weight_types = property(lambda self: self._info["types"])
+
+    @functools.cached_property
+    def tokenizer(self):
+        """The model's own tokenizer, built from its GGUF metadata (first use takes ~1 s)."""
+        from luce_engine.tokenizer import Tokenizer
+
+        return Tokenizer.from_gguf(self.path)
+
+    @functools.cached_property
+    def chat_template(self):
+        from luce_engine.chat_template import ChatTemplate
+
+        tok = self.tokenizer
+        return ChatTemplate(tok.chat_template, bos_token=tok.bos_token, eos_token=tok.eos_token)
+
+    def plan(self, *, n_ctx: int = 0, n_batch: int = 512, cache_type_k: str = "f16", cache_type_v: str = "f16",
+             kv_rotation: bool = True) -> dict:
+        """Memory an engine with these settings needs (bytes), without allocating it.
+
+        Raises InsufficientMemoryError with a suggestion when it does not fit the device.
+        """
+        return self._core.plan(n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation)
+
+    def __repr__(self) -> str:
+        return f"Model({self.name!r}, arch={self.arch}, device={self.device}, {self.weight_types})"
+
+
+def devices() -> list[dict]:
+    """Devices of ggml's backend registry: name, description, kind, memory_free, memory_total."""
+    return _core.devices()

@@ -1,0 +1,215 @@
+// luce.h — C API of the luce inference engine (the native core of luce-chat).
+//
+// Style follows llama.h: opaque handles, plain parameter structs with *_default_params(),
+// integer status codes, and luce_last_error() for a readable message about the last failure
+// on the calling thread. Nothing here is Python-specific.
+//
+// Threading: a luce_engine is used by one thread at a time, except luce_engine_cancel(),
+// which may be called from any thread at any time.
+#ifndef LUCE_H
+#define LUCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LUCE_API __attribute__((visibility("default")))
+
+// ---- status codes -------------------------------------------------------------------------
+typedef enum luce_status {
+    LUCE_OK              = 0,
+    LUCE_ERR_INVALID_ARG = 1,   // a parameter is out of range
+    LUCE_ERR_IO          = 2,   // file missing or unreadable
+    LUCE_ERR_FORMAT      = 3,   // not a GGUF / malformed / truncated
+    LUCE_ERR_UNSUPPORTED = 4,   // valid GGUF, but an architecture or tensor type we do not run
+    LUCE_ERR_MODEL       = 5,   // key or tensor missing, or wrong shape
+    LUCE_ERR_DEVICE      = 6,   // device not found / backend failure
+    LUCE_ERR_MEMORY      = 7,   // the memory plan does not fit the device
+    LUCE_ERR_CONTEXT     = 8,   // the context window is full
+    LUCE_ERR_CANCELLED   = 9,   // luce_engine_cancel() interrupted the call
+    LUCE_ERR_STATE       = 10,  // call not valid in the current engine state
+    LUCE_ERR_COMPUTE     = 11,  // graph computation failed or produced non-finite logits
+} luce_status;
+
+// Message describing the last error on this thread ("" if none).
+LUCE_API const char * luce_last_error(void);
+
+// ---- logging ------------------------------------------------------------------------------
+// ggml's log output is captured (the last error line is appended to luce_last_error()).
+// With verbose=false (default) nothing is printed to stderr.
+LUCE_API void luce_set_verbose(bool verbose);
+
+// ---- devices ------------------------------------------------------------------------------
+typedef struct luce_device_info {
+    char   name[64];          // "CPU", "CUDA0", ...
+    char   description[128];
+    char   kind[8];           // "cpu", "gpu", "igpu", "accel"
+    size_t memory_free;
+    size_t memory_total;
+} luce_device_info;
+
+LUCE_API int32_t luce_device_count(void);
+LUCE_API luce_status luce_device_get(int32_t index, luce_device_info * out);
+
+// ---- model --------------------------------------------------------------------------------
+typedef struct luce_model luce_model;
+
+typedef struct luce_model_params {
+    const char * device;   // "auto" (first GPU, else CPU), "cpu", "cuda:N", or a device name ("CUDA0")
+    bool use_mmap;         // CPU: map the file instead of copying it (default true)
+    int32_t n_threads;     // CPU threads; <= 0 picks the number of cores
+} luce_model_params;
+
+LUCE_API luce_model_params luce_model_default_params(void);
+
+// Loads and validates a GGUF file. On failure *out is NULL and luce_last_error() names the
+// file and the offending key or tensor.
+LUCE_API luce_status luce_model_load(const char * path, luce_model_params params, luce_model ** out);
+LUCE_API void        luce_model_free(luce_model * model);
+
+LUCE_API const char * luce_model_arch(const luce_model * model);        // "llama", "qwen3"
+LUCE_API const char * luce_model_name(const luce_model * model);        // general.name or file name
+LUCE_API const char * luce_model_device(const luce_model * model);      // device name used
+LUCE_API int32_t      luce_model_n_vocab(const luce_model * model);
+LUCE_API int32_t      luce_model_n_embd(const luce_model * model);
+LUCE_API int32_t      luce_model_n_layer(const luce_model * model);
+LUCE_API int32_t      luce_model_n_ctx_train(const luce_model * model);
+LUCE_API uint64_t     luce_model_n_params(const luce_model * model);
+LUCE_API uint64_t     luce_model_weight_bytes(const luce_model * model);
+// A one-line summary of the weight types, e.g. "Q4_1 (211), Q8_0 (1), F32 (61)".
+LUCE_API const char * luce_model_type_summary(const luce_model * model);
+
+// ---- KV cache types -----------------------------------------------------------------------
+typedef enum luce_cache_type {
+    LUCE_CACHE_F16  = 0,
+    LUCE_CACHE_Q8_0 = 1,
+    LUCE_CACHE_Q4_0 = 2,
+} luce_cache_type;
+
+// ---- engine -------------------------------------------------------------------------------
+typedef struct luce_engine luce_engine;
+
+typedef struct luce_engine_params {
+    int32_t n_ctx;              // context capacity in tokens (rounded up to 256); 0 = model's n_ctx_train capped at 8192
+    int32_t n_batch;            // prefill micro-batch (tokens per graph launch); default 512
+    luce_cache_type type_k;
+    luce_cache_type type_v;
+    bool    kv_rotation;        // Hadamard-rotate K/V for quantized caches (llama.cpp's default); default true
+} luce_engine_params;
+
+LUCE_API luce_engine_params luce_engine_default_params(void);
+
+// What an engine needs, planned before anything is allocated.
+typedef struct luce_memory_plan {
+    uint64_t weights;        // model weights (on the device; mmap'd for CPU)
+    uint64_t kv_cache;       // K and V for all layers at n_ctx
+    uint64_t compute;        // scratch for the largest graph (estimate before creation, measured after)
+    uint64_t outputs;        // host logits buffers
+    uint64_t total;
+    uint64_t device_free;    // what the device reported as free
+    int32_t  n_ctx;          // capacity after rounding
+} luce_memory_plan;
+
+// Plans memory for the given params without allocating. Returns LUCE_ERR_MEMORY (with a message
+// that says what to change) when the plan does not fit the device; *plan is filled either way.
+LUCE_API luce_status luce_engine_plan(const luce_model * model, luce_engine_params params, luce_memory_plan * plan);
+
+LUCE_API luce_status luce_engine_create(luce_model * model, luce_engine_params params, luce_engine ** out);
+LUCE_API void        luce_engine_free(luce_engine * engine);
+
+// Progress of a prefill: tokens done out of total. Return false to cancel.
+typedef bool (*luce_progress_cb)(int32_t done, int32_t total, void * user_data);
+
+// Appends tokens to the context and evaluates them in micro-batches of n_batch.
+// logits_all: keep logits of every appended position (else only the last one).
+// Cancel (or the progress callback returning false) stops between micro-batches with
+// LUCE_ERR_CANCELLED; tokens of the completed micro-batches stay in the context.
+LUCE_API luce_status luce_engine_prefill(luce_engine * engine, const int32_t * tokens, int32_t n_tokens,
+                                         bool logits_all, luce_progress_cb progress, void * user_data);
+
+// Logits of the last evaluation. i indexes the kept rows (0..n-1; -1 = last). NULL if none.
+LUCE_API const float * luce_engine_logits(const luce_engine * engine, int32_t i);
+LUCE_API int32_t       luce_engine_n_logits(const luce_engine * engine);   // rows kept by the last call
+
+// ---- sampling -----------------------------------------------------------------------------
+typedef struct luce_sampling_params {
+    float    temperature;      // <= 0: greedy
+    int32_t  top_k;            // <= 0: off
+    float    top_p;            // >= 1: off
+    float    min_p;            // <= 0: off
+    float    repeat_penalty;   // 1: off (llama.cpp semantics: divide positive logits, multiply negative)
+    float    presence_penalty; // 0: off
+    int32_t  penalty_last_n;   // window of recent context tokens the penalties look at; -1 = whole context
+    uint64_t seed;
+} luce_sampling_params;
+
+LUCE_API luce_sampling_params luce_sampling_default_params(void);
+
+// Samples one token from logits row i of the last evaluation (penalties use the context tokens).
+// Advances the engine's random state.
+LUCE_API luce_status luce_engine_sample(luce_engine * engine, const luce_sampling_params * params,
+                                        int32_t i, int32_t * token);
+// Reseeds the sampler's random state.
+LUCE_API void luce_engine_set_seed(luce_engine * engine, uint64_t seed);
+
+// ---- stepping -----------------------------------------------------------------------------
+#define LUCE_MAX_STEP_TOKENS 64
+
+typedef enum luce_provenance {
+    LUCE_FROM_TARGET  = 0,    // produced by the target model
+    LUCE_FROM_DRAFT   = 1,    // proposed by a draft and accepted by the target
+} luce_provenance;
+
+typedef struct luce_step_result {
+    int32_t n_tokens;                                  // tokens committed by this step (>= 1 on success)
+    int32_t tokens[LUCE_MAX_STEP_TOKENS];
+    uint8_t provenance[LUCE_MAX_STEP_TOKENS];          // luce_provenance per token
+    int32_t n_drafted;                                 // tokens the draft proposed this step (0 without a draft)
+    int32_t n_accepted;                                // of those, accepted
+    double  sample_ms;
+    double  decode_ms;                                 // target evaluation time
+} luce_step_result;
+
+// Samples the next token from the current logits, commits it to the context and evaluates it so
+// that logits for the following position are ready. Requires logits (after a prefill or step).
+LUCE_API luce_status luce_engine_step(luce_engine * engine, const luce_sampling_params * params,
+                                      luce_step_result * out);
+
+// Keeps the first n tokens of the context. Logits for position n are recomputed (n > 0) so that
+// stepping can continue at once.
+LUCE_API luce_status luce_engine_truncate(luce_engine * engine, int32_t n);
+
+// Sets the cancel flag: a running or next prefill/step returns LUCE_ERR_CANCELLED at the next
+// graph boundary. The flag is cleared when that call returns.
+LUCE_API void luce_engine_cancel(luce_engine * engine);
+// Clears a pending cancel (call before starting new work so a stale request does not stop it).
+LUCE_API void luce_engine_clear_cancel(luce_engine * engine);
+
+LUCE_API int32_t         luce_engine_n_past(const luce_engine * engine);   // tokens in the context
+LUCE_API int32_t         luce_engine_n_ctx(const luce_engine * engine);    // capacity
+LUCE_API const int32_t * luce_engine_tokens(const luce_engine * engine);   // the context's tokens
+
+typedef struct luce_stats {
+    int64_t n_prefill_tokens;
+    double  prefill_ms;
+    int64_t n_decode_tokens;
+    double  decode_ms;
+    double  sample_ms;
+    int64_t n_graph_builds;    // graphs built (a reused graph is not rebuilt)
+    int64_t n_graph_reuses;
+    uint64_t compute_buffer_bytes;
+} luce_stats;
+
+LUCE_API void luce_engine_stats(const luce_engine * engine, luce_stats * out);
+LUCE_API void luce_engine_reset_stats(luce_engine * engine);
+LUCE_API luce_status luce_engine_memory_plan(const luce_engine * engine, luce_memory_plan * plan);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // LUCE_H

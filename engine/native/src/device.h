@@ -1,0 +1,16 @@
+// device.h — picking a ggml backend device from a user string ("auto", "cpu", "cuda:1", "CUDA0").
+#pragma once
+
+#include "ggml-backend.h"
+
+#include <string>
+
+namespace luce {
+
+ggml_backend_dev_t select_device(const std::string & spec);   // throws LUCE_ERR_DEVICE
+bool device_is_cpu(ggml_backend_dev_t dev);
+std::string list_devices();                                   // "CPU, CUDA0" for messages
+void set_backend_threads(ggml_backend_t backend, int n_threads);
+int default_thread_count();
+
+} // namespace luce

@@ -1,0 +1,274 @@
+#include "engine.h"
+#include "device.h"
+#include "error.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+namespace luce {
+
+using clock_type = std::chrono::steady_clock;
+static double ms_since(clock_type::time_point t0) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+static constexpr int kCtxPad = 256;   // attended cache length granularity (as llama.cpp's get_n_kv)
+static int round_up(int x, int to) { return (x + to - 1) / to * to; }
+
+static luce_engine_params normalized(const Model & m, luce_engine_params p) {
+    if (p.n_ctx <= 0) p.n_ctx = std::min(m.hp.n_ctx_train, 8192);
+    p.n_ctx = round_up(p.n_ctx, kCtxPad);
+    if (p.n_batch <= 0) p.n_batch = 512;
+    p.n_batch = std::min(p.n_batch, p.n_ctx);
+    return p;
+}
+
+luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params) {
+    const luce_engine_params p = normalized(m, params);
+    const HParams & hp = m.hp;
+    const ggml_type tk = cache_ggml_type(p.type_k), tv = cache_ggml_type(p.type_v);
+    luce_memory_plan plan{};
+    plan.n_ctx = p.n_ctx;
+    plan.weights = m.weight_bytes;
+    plan.kv_cache = KvCache::bytes_needed(hp, p.n_ctx, tk, tv);
+    // Scratch of the largest graph (one micro-batch attending the full cache): live activations,
+    // the mask, and on GPUs the F16 copy of a quantized K/V that batched attention makes.
+    const uint64_t nb = uint64_t(p.n_batch), E = uint64_t(hp.n_embd), F = uint64_t(hp.n_ff);
+    const uint64_t QD = uint64_t(hp.n_head) * hp.head_dim, KVD = uint64_t(hp.n_head_kv) * hp.head_dim;
+    uint64_t compute = nb * (4 * E + 3 * F + 4 * QD + 2 * KVD) * 4 + uint64_t(p.n_ctx) * nb * 2 + uint64_t(hp.n_vocab) * 4;
+    if (!device_is_cpu(m.dev) && (ggml_is_quantized(tk) || ggml_is_quantized(tv))) compute += 2 * uint64_t(p.n_ctx) * KVD * 2;
+    plan.compute = compute;
+    plan.outputs = uint64_t(hp.n_vocab) * 4 * nb;
+    plan.total = plan.weights + plan.kv_cache + plan.compute + plan.outputs;
+    size_t free_b = 0, total_b = 0;
+    ggml_backend_dev_memory(m.dev, &free_b, &total_b);
+    plan.device_free = free_b;
+    return plan;
+}
+
+static void check_plan_fits(const Model & m, const luce_engine_params & p, const luce_memory_plan & plan) {
+    // Weights are already resident (or file-backed page cache on CPU): the engine needs the rest.
+    const uint64_t need = plan.kv_cache + plan.compute + (device_is_cpu(m.dev) ? plan.outputs : 0);
+    if (plan.device_free == 0 || need <= plan.device_free) return;
+    const uint64_t per_token = KvCache::bytes_needed(m.hp, 1, cache_ggml_type(p.type_k), cache_ggml_type(p.type_v));
+    const uint64_t spare = plan.device_free > plan.compute ? plan.device_free - plan.compute : 0;
+    const int64_t max_ctx = int64_t(spare / std::max<uint64_t>(per_token, 1)) / kCtxPad * kCtxPad;
+    throw Error(LUCE_ERR_MEMORY,
+                "memory plan does not fit " + m.device_name + ": KV cache for " + std::to_string(plan.n_ctx) +
+                    " tokens (" + cache_type_name(p.type_k) + "/" + cache_type_name(p.type_v) + ") needs " +
+                    format_bytes(plan.kv_cache) + " plus " + format_bytes(plan.compute) + " of scratch, but only " +
+                    format_bytes(plan.device_free) + " is free. Use --max-ctx " + std::to_string(std::max<int64_t>(max_ctx, 0)) +
+                    " or less, or a smaller cache type (--cache-type-k/-v q8_0 or q4_0).");
+}
+
+Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) {
+    params_ = normalized(m_, params_in);
+    plan_ = plan_memory(m_, params_);
+    check_plan_fits(m_, params_, plan_);
+
+    backend_ = ggml_backend_dev_init(m_.dev, nullptr);
+    if (!backend_) throw Error(LUCE_ERR_DEVICE, "cannot initialise backend " + m_.device_name);
+    std::vector<ggml_backend_t> backends = {backend_};
+    if (device_is_cpu(m_.dev)) {
+        set_backend_threads(backend_, m_.n_threads);
+    } else {
+        cpu_backend_ = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
+        if (!cpu_backend_) throw Error(LUCE_ERR_DEVICE, "cannot initialise the CPU backend");
+        set_backend_threads(cpu_backend_, m_.n_threads);
+        backends.push_back(cpu_backend_);
+    }
+
+    kv_.allocate(m_, params_.n_ctx, cache_ggml_type(params_.type_k), cache_ggml_type(params_.type_v), params_.kv_rotation);
+    sched_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), graph_max_nodes(m_), false, true);
+    if (!sched_) throw Error(LUCE_ERR_DEVICE, "cannot create the graph scheduler");
+    reserve_worst_case();
+}
+
+Engine::~Engine() {
+    graph_.reset();
+    if (sched_) ggml_backend_sched_free(sched_);
+    if (cpu_backend_) ggml_backend_free(cpu_backend_);
+    if (backend_) ggml_backend_free(backend_);
+}
+
+void Engine::reserve_worst_case() {
+    auto g = build_dense_graph(m_, kv_, {params_.n_batch, kv_.n_ctx, false});
+    if (!ggml_backend_sched_reserve(sched_, g->gf)) {
+        throw Error(LUCE_ERR_MEMORY, "cannot reserve compute buffers on " + m_.device_name +
+                                         "; lower --max-ctx or the prefill batch");
+    }
+    uint64_t compute = 0;
+    for (int i = 0; i < ggml_backend_sched_get_n_backends(sched_); ++i) {
+        compute += ggml_backend_sched_get_buffer_size(sched_, ggml_backend_sched_get_backend(sched_, i));
+    }
+    plan_.compute = compute;   // measured now
+    plan_.total = plan_.weights + plan_.kv_cache + plan_.compute + plan_.outputs;
+}
+
+void Engine::check_cancel() {
+    if (cancel_.exchange(false)) throw Error(LUCE_ERR_CANCELLED, "cancelled");
+}
+
+void Engine::eval(const int32_t * toks, int32_t n, bool logits_all) {
+    const int32_t n_past = this->n_past();
+    if (n_past + n > kv_.n_ctx) {
+        throw Error(LUCE_ERR_CONTEXT, "context full: " + std::to_string(n_past) + " + " + std::to_string(n) +
+                                          " tokens exceed the capacity of " + std::to_string(kv_.n_ctx));
+    }
+    GraphShape shape{n, std::min(kv_.n_ctx, round_up(n_past + n, kCtxPad)), logits_all && n > 1};
+    if (!graph_ || !(graph_->shape == shape)) {
+        graph_.reset();
+        graph_ = build_dense_graph(m_, kv_, shape);
+        ggml_backend_sched_reset(sched_);
+        if (!ggml_backend_sched_alloc_graph(sched_, graph_->gf)) {
+            graph_.reset();
+            throw Error(LUCE_ERR_MEMORY, "cannot allocate compute buffers for a batch of " + std::to_string(n) + " tokens");
+        }
+        stats_.n_graph_builds++;
+    } else {
+        stats_.n_graph_reuses++;
+    }
+
+    ForwardGraph & g = *graph_;
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    std::vector<int64_t> rows(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) { pos[size_t(i)] = n_past + i; rows[size_t(i)] = n_past + i; }
+    ggml_backend_tensor_set(g.tokens, toks, 0, size_t(n) * sizeof(int32_t));
+    ggml_backend_tensor_set(g.pos, pos.data(), 0, pos.size() * sizeof(int32_t));
+    ggml_backend_tensor_set(g.kv_idx, rows.data(), 0, rows.size() * sizeof(int64_t));
+
+    // Causal mask over the attended cells: token i sees cells 0..n_past+i.
+    const int32_t n_kv = shape.n_kv;
+    const uint16_t zero = ggml_fp32_to_fp16(0.0f), neg_inf = ggml_fp32_to_fp16(-INFINITY);
+    mask_buf_.resize(size_t(n_kv) * size_t(n));
+    for (int32_t i = 0; i < n; ++i) {
+        uint16_t * row = mask_buf_.data() + size_t(i) * size_t(n_kv);
+        const int32_t visible = n_past + i + 1;
+        std::fill(row, row + visible, zero);
+        std::fill(row + visible, row + n_kv, neg_inf);
+    }
+    ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
+
+    if (ggml_backend_sched_graph_compute(sched_, g.gf) != GGML_STATUS_SUCCESS) {
+        throw Error(LUCE_ERR_COMPUTE, "graph computation failed on " + m_.device_name);
+    }
+
+    const int32_t n_out = int32_t(g.logits->ne[1]);
+    const size_t n_vocab = size_t(m_.hp.n_vocab);
+    std::vector<float> out(n_vocab * static_cast<size_t>(n_out));
+    ggml_backend_tensor_get(g.logits, out.data(), 0, out.size() * sizeof(float));
+    for (float v : out) {
+        if (!std::isfinite(v)) {
+            throw Error(LUCE_ERR_COMPUTE, "the model produced non-finite logits (NaN/Inf) at position " + std::to_string(n_past) +
+                                              "; the weights or the KV cache type may be unsuitable");
+        }
+    }
+    tokens_.insert(tokens_.end(), toks, toks + n);
+    if (logits_all) {
+        logits_.insert(logits_.end(), out.begin(), out.end());
+        n_logit_rows_ += n_out;
+    } else {
+        logits_.swap(out);
+        n_logit_rows_ = 1;
+    }
+}
+
+void Engine::prefill(const int32_t * toks, int32_t n, bool logits_all, luce_progress_cb cb, void * ud) {
+    if (n <= 0 || !toks) throw Error(LUCE_ERR_INVALID_ARG, "prefill needs at least one token");
+    for (int32_t i = 0; i < n; ++i) {
+        if (toks[i] < 0 || toks[i] >= m_.hp.n_vocab) {
+            throw Error(LUCE_ERR_INVALID_ARG, "token id " + std::to_string(toks[i]) + " at index " + std::to_string(i) +
+                                                  " is outside the vocabulary (" + std::to_string(m_.hp.n_vocab) + ")");
+        }
+    }
+    if (n_past() + n > kv_.n_ctx) {
+        throw Error(LUCE_ERR_CONTEXT, "prompt of " + std::to_string(n) + " tokens does not fit: the context holds " +
+                                          std::to_string(n_past()) + " of " + std::to_string(kv_.n_ctx) +
+                                          " tokens (raise --max-ctx or start a new conversation)");
+    }
+    logits_.clear();
+    n_logit_rows_ = 0;
+    const auto t0 = clock_type::now();
+    int32_t done = 0;
+    try {
+        while (done < n) {
+            check_cancel();
+            const int32_t nb = std::min(params_.n_batch, n - done);
+            eval(toks + done, nb, logits_all);
+            done += nb;
+            if (cb && !cb(done, n, ud)) throw Error(LUCE_ERR_CANCELLED, "cancelled by the progress callback");
+        }
+    } catch (...) {
+        stats_.n_prefill_tokens += done;
+        stats_.prefill_ms += ms_since(t0);
+        if (done < n) { logits_.clear(); n_logit_rows_ = 0; }   // partial prompt: no valid logits
+        throw;
+    }
+    stats_.n_prefill_tokens += n;
+    stats_.prefill_ms += ms_since(t0);
+}
+
+const float * Engine::logits_row(int32_t i) const {
+    if (n_logit_rows_ == 0) return nullptr;
+    if (i < 0) i += n_logit_rows_;
+    if (i < 0 || i >= n_logit_rows_) return nullptr;
+    return logits_.data() + size_t(i) * size_t(m_.hp.n_vocab);
+}
+
+int32_t Engine::sample(const luce_sampling_params & sp, int32_t row) {
+    const float * l = logits_row(row);
+    if (!l) throw Error(LUCE_ERR_STATE, "no logits to sample from: prefill or step first");
+    return sample_token(l, m_.hp.n_vocab, sp, tokens_.data(), n_past(), rng_);
+}
+
+void Engine::step(const luce_sampling_params & sp, luce_step_result & out) {
+    out = {};
+    if (n_logit_rows_ == 0) throw Error(LUCE_ERR_STATE, "no logits to sample from: prefill or step first");
+    if (n_past() + 1 > kv_.n_ctx) {
+        throw Error(LUCE_ERR_CONTEXT, "context full (" + std::to_string(kv_.n_ctx) + " tokens); raise --max-ctx");
+    }
+    check_cancel();
+    auto t0 = clock_type::now();
+    const int32_t token = sample(sp, -1);
+    out.sample_ms = ms_since(t0);
+    stats_.sample_ms += out.sample_ms;
+    t0 = clock_type::now();
+    eval(&token, 1, false);
+    out.decode_ms = ms_since(t0);
+    stats_.decode_ms += out.decode_ms;
+    stats_.n_decode_tokens += 1;
+    out.n_tokens = 1;
+    out.tokens[0] = token;
+    out.provenance[0] = LUCE_FROM_TARGET;
+}
+
+void Engine::truncate(int32_t n) {
+    if (n < 0 || n > n_past()) {
+        throw Error(LUCE_ERR_INVALID_ARG, "cannot truncate to " + std::to_string(n) + " tokens: the context has " +
+                                              std::to_string(n_past()));
+    }
+    // Cells past n stay in memory but the mask hides them; the next writes overwrite them.
+    tokens_.resize(size_t(n));
+    logits_.clear();
+    n_logit_rows_ = 0;
+    if (n > 0) {
+        const int32_t last = tokens_.back();
+        tokens_.pop_back();
+        try {
+            eval(&last, 1, false);
+        } catch (...) {
+            tokens_.push_back(last);   // keep the context whole; only the logits are missing
+            throw;
+        }
+    }
+}
+
+luce_stats Engine::stats() const {
+    luce_stats s = stats_;
+    s.compute_buffer_bytes = plan_.compute;
+    return s;
+}
+
+} // namespace luce

@@ -1,0 +1,71 @@
+// engine.h — a model plus its KV cache, graphs, sampler state and statistics.
+#pragma once
+
+#include "graph.h"
+#include "kv_cache.h"
+#include "model.h"
+#include "sampler.h"
+
+#include "ggml-backend.h"
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+namespace luce {
+
+luce_memory_plan plan_memory(const Model & m, const luce_engine_params & p);   // estimates; no allocation
+
+class Engine {
+public:
+    Engine(Model & model, const luce_engine_params & params);   // throws
+    ~Engine();
+
+    // Evaluates tokens appended to the context in micro-batches (see luce_engine_prefill).
+    void prefill(const int32_t * tokens, int32_t n, bool logits_all, luce_progress_cb cb, void * ud);
+    void step(const luce_sampling_params & sp, luce_step_result & out);
+    int32_t sample(const luce_sampling_params & sp, int32_t row);
+    void truncate(int32_t n);
+
+    const float * logits_row(int32_t i) const;
+    int32_t n_logits() const { return n_logit_rows_; }
+    int32_t n_past() const { return int32_t(tokens_.size()); }
+    int32_t n_ctx() const { return kv_.n_ctx; }
+    const int32_t * tokens() const { return tokens_.data(); }
+
+    void cancel() { cancel_.store(true); }
+    void clear_cancel() { cancel_.store(false); }
+    void set_seed(uint64_t seed) { rng_.reseed(seed); }
+    luce_stats stats() const;
+    void reset_stats() { stats_ = {}; }
+    luce_memory_plan memory_plan() const { return plan_; }
+
+private:
+    // One graph launch over tokens [0, n) appended at the current end of the context.
+    void eval(const int32_t * tokens, int32_t n, bool logits_all);
+    void check_cancel();
+    void reserve_worst_case();
+
+    Model & m_;
+    luce_engine_params params_;
+    KvCache kv_;
+    ggml_backend_t backend_ = nullptr;       // the model's device
+    ggml_backend_t cpu_backend_ = nullptr;   // fallback for ops the device lacks (null when device is CPU)
+    ggml_backend_sched_t sched_ = nullptr;
+    std::unique_ptr<ForwardGraph> graph_;    // last built graph, replayed while the shape repeats
+
+    std::vector<int32_t> tokens_;            // the context
+    std::vector<float> logits_;              // rows of the last evaluation
+    int32_t n_logit_rows_ = 0;
+    std::vector<uint16_t> mask_buf_;         // host staging for the mask
+    Rng rng_;
+    std::atomic<bool> cancel_{false};
+    luce_stats stats_{};
+    luce_memory_plan plan_{};
+};
+
+} // namespace luce
+
+struct luce_engine {
+    std::unique_ptr<luce::Engine> impl;
+};

@@ -1,0 +1,39 @@
+// graph.h — forward graphs of one evaluation shape (n_tokens new tokens attending to n_kv cache
+// cells). A graph is built once per shape and replayed while the shape repeats; only the input
+// tensors (tokens, positions, cache rows, mask) change between launches.
+#pragma once
+
+#include "kv_cache.h"
+#include "model.h"
+
+#include "ggml.h"
+
+#include <memory>
+
+namespace luce {
+
+struct GraphShape {
+    int n_tokens = 0;
+    int n_kv = 0;           // cache cells attended: used length rounded up to 256
+    bool logits_all = false;
+    bool operator==(const GraphShape & o) const {
+        return n_tokens == o.n_tokens && n_kv == o.n_kv && logits_all == o.logits_all;
+    }
+};
+
+struct ForwardGraph {
+    GraphShape shape;
+    ggml_context * ctx = nullptr;
+    ggml_cgraph * gf = nullptr;
+    ggml_tensor * tokens = nullptr;   // I32 [n_tokens]
+    ggml_tensor * pos = nullptr;      // I32 [n_tokens]
+    ggml_tensor * kv_idx = nullptr;   // I64 [n_tokens]: cache rows written
+    ggml_tensor * mask = nullptr;     // F16 [n_kv, n_tokens]: 0 = visible, -inf = hidden
+    ggml_tensor * logits = nullptr;   // F32 [n_vocab, n_out]
+    ~ForwardGraph();
+};
+
+size_t graph_max_nodes(const Model & m);
+std::unique_ptr<ForwardGraph> build_dense_graph(const Model & m, const KvCache & kv, GraphShape shape);
+
+} // namespace luce

@@ -1,0 +1,119 @@
+// graph_dense.cpp — the forward graph of llama and qwen3 (GGUF-ARCHS.md §2.0, §2.2, §2.3).
+// Op order mirrors llama.cpp's (q, v, k expanded before the cache writes) so that backends fuse
+// the same kernels and round the same way.
+#include "graph.h"
+#include "error.h"
+
+#include <cmath>
+
+namespace luce {
+
+ForwardGraph::~ForwardGraph() {
+    if (ctx) ggml_free(ctx);
+}
+
+size_t graph_max_nodes(const Model & m) { return size_t(64) * m.hp.n_layer + 256; }
+
+static ggml_tensor * norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps) {
+    return ggml_mul(ctx, ggml_rms_norm(ctx, x, eps), w);
+}
+
+static ggml_tensor * linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * b) {
+    ggml_tensor * y = ggml_mul_mat(ctx, w, x);
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
+// x (any shape with ne0 a multiple of the block) multiplied blockwise by the rotation matrix.
+static ggml_tensor * rotate(ggml_context * ctx, ggml_tensor * x, ggml_tensor * rot) {
+    const int64_t n = rot->ne[0];
+    ggml_tensor * r = ggml_is_contiguous(x) ? ggml_reshape_2d(ctx, x, n, ggml_nelements(x) / n)
+                                            : ggml_cont_2d(ctx, x, n, ggml_nelements(x) / n);
+    r = ggml_mul_mat(ctx, rot, r);
+    ggml_mul_mat_set_hint(r, GGML_HINT_SRC0_IS_HADAMARD);
+    return ggml_reshape_4d(ctx, r, x->ne[0], x->ne[1], x->ne[2], x->ne[3]);
+}
+
+static ggml_tensor * rope(ggml_context * ctx, const Model & m, ggml_tensor * x, ggml_tensor * pos) {
+    const HParams & hp = m.hp;
+    return ggml_rope_ext(ctx, x, pos, m.rope_freqs, hp.n_rot, hp.rope_type, hp.n_ctx_train, hp.rope_freq_base,
+                         hp.rope_freq_scale, /*ext_factor=*/0.0f, /*attn_factor=*/1.0f, /*beta_fast=*/32.0f,
+                         /*beta_slow=*/1.0f);
+}
+
+// Self-attention of the new tokens over the cache, writing their K/V first. Returns [D·Hq, n].
+static ggml_tensor * attention(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv,
+                               const ForwardGraph & g, int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
+    const HParams & hp = m.hp;
+    const int64_t D = hp.head_dim, Hkv = hp.n_head_kv, n = g.shape.n_tokens, n_kv = g.shape.n_kv;
+    if (kv.rot_k) { q = rotate(ctx, q, kv.rot_k); k = rotate(ctx, k, kv.rot_k); }
+    if (kv.rot_v) v = rotate(ctx, v, kv.rot_v);
+    ggml_build_forward_expand(gf, q);
+    ggml_build_forward_expand(gf, v);
+    ggml_build_forward_expand(gf, k);
+
+    ggml_tensor * kc = kv.k[size_t(il)], * vc = kv.v[size_t(il)];
+    ggml_build_forward_expand(gf, ggml_set_rows(ctx, kc, ggml_reshape_2d(ctx, k, D * Hkv, n), g.kv_idx));
+    ggml_build_forward_expand(gf, ggml_set_rows(ctx, vc, ggml_reshape_2d(ctx, v, D * Hkv, n), g.kv_idx));
+
+    ggml_tensor * kview = ggml_view_3d(ctx, kc, D, Hkv, n_kv, ggml_row_size(kc->type, D), ggml_row_size(kc->type, D * Hkv), 0);
+    ggml_tensor * vview = ggml_view_3d(ctx, vc, D, Hkv, n_kv, ggml_row_size(vc->type, D), ggml_row_size(vc->type, D * Hkv), 0);
+    ggml_tensor * o = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), ggml_permute(ctx, kview, 0, 2, 1, 3),
+                                          ggml_permute(ctx, vview, 0, 2, 1, 3), g.mask, 1.0f / std::sqrt(float(D)), 0.0f, 0.0f);
+    ggml_prec_set_acc(o, GGML_PREC_F32);
+    o = ggml_reshape_2d(ctx, o, o->ne[0] * o->ne[1], o->ne[2] * o->ne[3]);
+    if (kv.rot_v) o = rotate(ctx, o, kv.rot_v);
+    return o;
+}
+
+std::unique_ptr<ForwardGraph> build_dense_graph(const Model & m, const KvCache & kv, GraphShape shape) {
+    const HParams & hp = m.hp;
+    auto g = std::make_unique<ForwardGraph>();
+    g->shape = shape;
+    const size_t max_nodes = graph_max_nodes(m);
+    ggml_init_params ip = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false), nullptr, true};
+    g->ctx = ggml_init(ip);
+    ggml_context * ctx = g->ctx;
+    g->gf = ggml_new_graph_custom(ctx, max_nodes, false);
+    ggml_cgraph * gf = g->gf;
+    const int64_t n = shape.n_tokens, D = hp.head_dim;
+
+    g->tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
+    g->pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
+    g->kv_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
+    g->mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, shape.n_kv, n);
+    for (ggml_tensor * t : {g->tokens, g->pos, g->kv_idx, g->mask}) ggml_set_input(t);
+    ggml_set_name(g->tokens, "inp_tokens");
+    ggml_set_name(g->pos, "inp_pos");
+    ggml_set_name(g->kv_idx, "inp_kv_idx");
+    ggml_set_name(g->mask, "inp_kq_mask");
+
+    ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, g->tokens);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const LayerWeights & L = m.layers[size_t(il)];
+        ggml_tensor * h = norm(ctx, x, L.attn_norm, hp.rms_eps);
+        ggml_tensor * q = ggml_reshape_3d(ctx, linear(ctx, L.wq, h, L.bq), D, hp.n_head, n);
+        ggml_tensor * k = ggml_reshape_3d(ctx, linear(ctx, L.wk, h, L.bk), D, hp.n_head_kv, n);
+        ggml_tensor * v = ggml_reshape_3d(ctx, linear(ctx, L.wv, h, L.bv), D, hp.n_head_kv, n);
+        if (hp.qk_norm) q = norm(ctx, q, L.q_norm, hp.rms_eps);
+        q = rope(ctx, m, q, g->pos);
+        if (hp.qk_norm) k = norm(ctx, k, L.k_norm, hp.rms_eps);
+        k = rope(ctx, m, k, g->pos);
+
+        ggml_tensor * a = attention(ctx, gf, m, kv, *g, il, q, k, v);
+        x = ggml_add(ctx, linear(ctx, L.wo, a, L.bo), x);
+
+        h = norm(ctx, x, L.ffn_norm, hp.rms_eps);
+        ggml_tensor * gate = linear(ctx, L.ffn_gate, h, L.ffn_gate_b);
+        ggml_tensor * up = linear(ctx, L.ffn_up, h, L.ffn_up_b);
+        x = ggml_add(ctx, linear(ctx, L.ffn_down, ggml_swiglu_split(ctx, gate, up), L.ffn_down_b), x);
+    }
+    if (!shape.logits_all && n > 1) x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], size_t(n - 1) * x->nb[1]);
+    x = norm(ctx, x, m.output_norm, hp.rms_eps);
+    g->logits = ggml_mul_mat(ctx, m.output, x);
+    ggml_set_name(g->logits, "logits");
+    ggml_set_output(g->logits);
+    ggml_build_forward_expand(gf, g->logits);
+    return g;
+}
+
+} // namespace luce

@@ -1,0 +1,152 @@
+#include "model.h"
+#include "device.h"
+#include "error.h"
+
+#include "ggml-alloc.h"
+
+#include <algorithm>
+#include <map>
+
+namespace luce {
+
+// Types a weight matrix may have: anything ggml can multiply (float or block-quantized).
+static bool is_matrix_type(ggml_type t) {
+    switch (t) {
+        case GGML_TYPE_I8: case GGML_TYPE_I16: case GGML_TYPE_I32: case GGML_TYPE_I64: case GGML_TYPE_F64:
+            return false;
+        default:
+            return t < GGML_TYPE_COUNT && ggml_get_type_traits(t)->blck_size > 0 && ggml_type_size(t) > 0;
+    }
+}
+
+static std::string shape_str(const int64_t * ne, int n) {
+    std::string s = "[";
+    for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+    return s + "]";
+}
+
+ggml_tensor * TensorLoader::create(const std::string & name, const std::vector<int64_t> & ne, bool required) {
+    ggml_tensor * meta = file_.tensor_meta(name);
+    if (!meta) {
+        if (required) file_.fail(LUCE_ERR_MODEL, "missing tensor " + name);
+        return nullptr;
+    }
+    int64_t want[GGML_MAX_DIMS] = {1, 1, 1, 1};
+    for (size_t i = 0; i < ne.size(); ++i) want[i] = ne[i];
+    for (int i = 0; i < GGML_MAX_DIMS; ++i) {
+        if (meta->ne[i] != want[i]) {
+            file_.fail(LUCE_ERR_MODEL, "tensor " + name + " has shape " + shape_str(meta->ne, ggml_n_dims(meta)) +
+                                           ", expected " + shape_str(want, int(ne.size())));
+        }
+    }
+    const bool vector = ne.size() == 1;
+    if (vector ? meta->type != GGML_TYPE_F32 : !is_matrix_type(meta->type)) {
+        file_.fail(LUCE_ERR_UNSUPPORTED, "tensor " + name + " has unsupported type " + ggml_type_name(meta->type) +
+                                             (vector ? " (expected F32)" : " (expected a float or quantized type)"));
+    }
+    ggml_tensor * t = ggml_dup_tensor(ctx_, meta);
+    ggml_set_name(t, name.c_str());
+    entries_.push_back({t, file_.tensor_file_offset(name)});
+    return t;
+}
+
+ggml_tensor * TensorLoader::require(const std::string & name, std::vector<int64_t> ne) { return create(name, ne, true); }
+ggml_tensor * TensorLoader::optional(const std::string & name, std::vector<int64_t> ne) { return create(name, ne, false); }
+
+Model::~Model() {
+    if (buffer) ggml_backend_buffer_free(buffer);
+    if (ctx) ggml_free(ctx);
+}
+
+struct ArchEntry {
+    const char * name;
+    void (*load_hparams)(const GgufFile &, HParams &);
+};
+
+static const ArchEntry k_archs[] = {
+    {"llama", llama_load_hparams},
+    {"qwen3", qwen3_load_hparams},
+};
+
+static std::string summarize_types(const std::vector<TensorLoader::Entry> & entries) {
+    std::map<std::string, int> counts;
+    for (auto & e : entries) counts[ggml_type_name(e.tensor->type)]++;
+    std::vector<std::pair<int, std::string>> v;
+    for (auto & [k, n] : counts) v.push_back({-n, k});
+    std::sort(v.begin(), v.end());
+    std::string s;
+    for (auto & [n, k] : v) s += (s.empty() ? "" : ", ") + k + " (" + std::to_string(-n) + ")";
+    return s;
+}
+
+std::unique_ptr<Model> load_model(const std::string & path, const std::string & device, bool use_mmap, int n_threads) {
+    auto m = std::make_unique<Model>();
+    m->path = path;
+    m->file = std::make_unique<GgufFile>(path);
+    GgufFile & f = *m->file;
+
+    const ArchEntry * arch = nullptr;
+    for (auto & a : k_archs) if (f.arch() == a.name) arch = &a;
+    if (!arch) {
+        std::string known;
+        for (auto & a : k_archs) known += (known.empty() ? "" : ", ") + std::string(a.name);
+        f.fail(LUCE_ERR_UNSUPPORTED, "unsupported architecture '" + f.arch() + "' (supported: " + known + ")");
+    }
+    m->hp.arch = f.arch();
+    arch->load_hparams(f, m->hp);
+    std::string base = path.substr(path.find_last_of('/') + 1);
+    m->name = f.str_opt("general.name", base);
+
+    m->dev = select_device(device);
+    m->device_name = ggml_backend_dev_name(m->dev);
+    m->n_threads = n_threads > 0 ? n_threads : default_thread_count();
+
+    // Headers for every weight we use; sizes are known before any data moves.
+    const size_t n_tensors_max = 16 + 24 * size_t(m->hp.n_layer);
+    ggml_init_params ip = {ggml_tensor_overhead() * n_tensors_max, nullptr, /*no_alloc=*/true};
+    m->ctx = ggml_init(ip);
+    TensorLoader tl(f, m->ctx);
+    dense_declare_tensors(tl, *m);
+
+    for (auto & e : tl.entries()) {
+        m->weight_bytes += ggml_nbytes(e.tensor);
+        m->n_params += uint64_t(ggml_nelements(e.tensor));
+    }
+    m->type_summary = summarize_types(tl.entries());
+
+    if (device_is_cpu(m->dev) && use_mmap) {
+        // Weights stay in the page cache: the CPU buffer is a window onto the mapping.
+        size_t lo = SIZE_MAX, hi = 0;
+        for (auto & e : tl.entries()) {
+            lo = std::min(lo, e.file_offset);
+            hi = std::max(hi, e.file_offset + ggml_nbytes(e.tensor));
+        }
+        lo &= ~size_t(4095);
+        m->buffer = ggml_backend_cpu_buffer_from_ptr(const_cast<uint8_t *>(f.mapped_data(lo)), hi - lo);
+        if (!m->buffer) f.fail(LUCE_ERR_MEMORY, "cannot wrap the mapped file in a CPU buffer");
+        for (auto & e : tl.entries()) {
+            void * addr = const_cast<uint8_t *>(f.mapped_data(e.file_offset));
+            if (ggml_backend_tensor_alloc(m->buffer, e.tensor, addr) != GGML_STATUS_SUCCESS) {
+                f.fail(LUCE_ERR_FORMAT, std::string("tensor ") + e.tensor->name + " is misaligned in the file");
+            }
+        }
+    } else {
+        size_t free_b = 0, total_b = 0;
+        ggml_backend_dev_memory(m->dev, &free_b, &total_b);
+        if (!device_is_cpu(m->dev) && free_b > 0 && m->weight_bytes > free_b) {
+            f.fail(LUCE_ERR_MEMORY, "weights need " + format_bytes(m->weight_bytes) + " but " + m->device_name +
+                                        " has " + format_bytes(free_b) + " free; use a smaller quantization or another device");
+        }
+        m->buffer = ggml_backend_alloc_ctx_tensors_from_buft(m->ctx, ggml_backend_dev_buffer_type(m->dev));
+        if (!m->buffer) {
+            f.fail(LUCE_ERR_MEMORY, "cannot allocate " + format_bytes(m->weight_bytes) + " for weights on " + m->device_name);
+        }
+        for (auto & e : tl.entries()) {
+            ggml_backend_tensor_set(e.tensor, f.mapped_data(e.file_offset), 0, ggml_nbytes(e.tensor));
+        }
+    }
+    ggml_backend_buffer_set_usage(m->buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    return m;
+}
+
+} // namespace luce

@@ -1,0 +1,81 @@
+// model.h — a loaded GGUF model: hyperparameters, weight tensors in backend buffers, device.
+#pragma once
+
+#include "gguf_file.h"
+
+#include "ggml-backend.h"
+#include "ggml.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace luce {
+
+struct HParams {
+    std::string arch;
+    int n_vocab = 0, n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0;
+    int head_dim = 0;            // attention.key_length (== value_length for the archs we run)
+    int n_ff = 0, n_ctx_train = 0, n_rot = 0;
+    float rope_freq_base = 10000.0f, rope_freq_scale = 1.0f, rms_eps = 1e-5f;
+    int rope_type = 0;           // GGML_ROPE_TYPE_*
+    bool qk_norm = false;        // per-head RMS norms on q and k (qwen3)
+};
+
+struct LayerWeights {
+    ggml_tensor *attn_norm = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
+    ggml_tensor *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;   // optional biases
+    ggml_tensor *q_norm = nullptr, *k_norm = nullptr;
+    ggml_tensor *ffn_norm = nullptr, *ffn_gate = nullptr, *ffn_up = nullptr, *ffn_down = nullptr;
+    ggml_tensor *ffn_gate_b = nullptr, *ffn_up_b = nullptr, *ffn_down_b = nullptr;
+};
+
+struct Model;
+
+// Declares the weights an architecture needs, checking each against the file.
+class TensorLoader {
+public:
+    TensorLoader(const GgufFile & file, ggml_context * ctx) : file_(file), ctx_(ctx) {}
+    // A matrix or vector with exactly this ne; a missing/mis-shaped/mistyped tensor throws.
+    ggml_tensor * require(const std::string & name, std::vector<int64_t> ne);
+    ggml_tensor * optional(const std::string & name, std::vector<int64_t> ne);
+    struct Entry { ggml_tensor * tensor; size_t file_offset; };
+    const std::vector<Entry> & entries() const { return entries_; }
+private:
+    ggml_tensor * create(const std::string & name, const std::vector<int64_t> & ne, bool required);
+    const GgufFile & file_;
+    ggml_context * ctx_;
+    std::vector<Entry> entries_;
+};
+
+struct Model {
+    std::string path, name, device_name;
+    HParams hp;
+    ggml_backend_dev_t dev = nullptr;
+    int n_threads = 1;
+
+    ggml_tensor *tok_embd = nullptr, *output_norm = nullptr, *output = nullptr, *rope_freqs = nullptr;
+    std::vector<LayerWeights> layers;
+
+    ggml_context * ctx = nullptr;               // weight tensor headers
+    ggml_backend_buffer_t buffer = nullptr;     // weight data (mmap-backed on CPU)
+    std::unique_ptr<GgufFile> file;             // kept open: the CPU buffer points into its mapping
+    uint64_t weight_bytes = 0, n_params = 0;
+    std::string type_summary;
+
+    ~Model();
+};
+
+// Loads and validates; throws luce::Error.
+std::unique_ptr<Model> load_model(const std::string & path, const std::string & device, bool use_mmap, int n_threads);
+
+// Per-architecture hooks (arch_llama.cpp, arch_qwen3.cpp).
+void llama_load_hparams(const GgufFile & f, HParams & hp);
+void qwen3_load_hparams(const GgufFile & f, HParams & hp);
+void dense_declare_tensors(TensorLoader & tl, Model & m);
+
+} // namespace luce
+
+struct luce_model {
+    std::unique_ptr<luce::Model> impl;
+};
