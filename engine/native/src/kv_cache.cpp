@@ -60,8 +60,13 @@ void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv
     type_k = tk;
     type_v = tv;
     const int64_t row = int64_t(hp.head_dim) * hp.n_head_kv;
-    if (row % ggml_blck_size(tk) != 0 || row % ggml_blck_size(tv) != 0) {
-        throw Error(LUCE_ERR_UNSUPPORTED, "KV cache type needs rows divisible by its block size");
+    // Attention reads the cache per head, so a quantization block must not straddle two heads.
+    for (ggml_type t : {tk, tv}) {
+        if (hp.head_dim % ggml_blck_size(t) != 0) {
+            throw Error(LUCE_ERR_UNSUPPORTED, std::string("KV cache type ") + ggml_type_name(t) + " needs a head size that is a multiple of " +
+                                                  std::to_string(ggml_blck_size(t)) + " (this model's is " +
+                                                  std::to_string(hp.head_dim) + "); use --cache-type f16");
+        }
     }
     ggml_init_params ip = {ggml_tensor_overhead() * size_t(2 * hp.n_layer + 4), nullptr, true};
     ctx = ggml_init(ip);

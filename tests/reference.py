@@ -1,0 +1,66 @@
+"""Shared helpers of the engine tests: the device under test, model files, and llama.cpp as reference.
+
+LUCE_TEST_DEVICE selects our device (default "cpu"); on a GPU the llama.cpp reference offloads
+every layer to the same GPU so both sides run the same ggml kernels.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+DEVICE = os.environ.get("LUCE_TEST_DEVICE", "cpu")
+ON_GPU = DEVICE != "cpu"
+THREADS = int(os.environ.get("LUCE_TEST_THREADS", "2"))
+
+# llama.cpp's ggml_type ids for the cache types we compare
+GGML_TYPE_IDS = {"f16": 1, "q4_0": 2, "q8_0": 8}
+
+
+def smollm2_path() -> str:
+    from luce_engine import default_model_path
+
+    return default_model_path()
+
+
+def reference_llama(path: str, *, n_ctx: int = 512, cache_type: str = "f16", logits_all: bool = True):
+    """llama-cpp-python on the same file, flash attention on (our attention path), same threads."""
+    import llama_cpp
+
+    return llama_cpp.Llama(
+        model_path=str(path), n_ctx=n_ctx, n_batch=512, n_ubatch=512, logits_all=logits_all, verbose=False,
+        flash_attn=True, n_threads=THREADS, n_threads_batch=THREADS, n_gpu_layers=-1 if ON_GPU else 0,
+        type_k=GGML_TYPE_IDS[cache_type], type_v=GGML_TYPE_IDS[cache_type], seed=0,
+    )
+
+
+def reference_logits(ref, tokens) -> np.ndarray:
+    """Logits at every position of `tokens` from a fresh llama.cpp context."""
+    ref.reset()
+    ref.eval(list(tokens))
+    return np.array(ref.scores[: len(tokens)], dtype=np.float32)
+
+
+def reference_greedy(ref, prompt, n: int) -> list[int]:
+    """Plain greedy continuation by llama.cpp (argmax of its logits, no sampler chain)."""
+    ref.reset()
+    ref.eval(list(prompt))
+    out = []
+    for _ in range(n):
+        tok = int(np.argmax(ref.scores[ref.n_tokens - 1]))
+        out.append(tok)
+        ref.eval([tok])
+    return out
+
+
+def our_greedy(engine, prompt, n: int) -> list[int]:
+    engine.truncate(0)
+    engine.prefill(prompt)
+    return [engine.step().tokens[0] for _ in range(n)]
+
+
+def top2_margin(logits: np.ndarray) -> float:
+    """Relative gap between the two largest logits (small = a near-tie that rounding can flip)."""
+    a, b = np.sort(logits)[-2:][::-1]
+    return float((a - b) / max(abs(a), 1e-6))

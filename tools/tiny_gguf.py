@@ -1,0 +1,378 @@
+"""Tiny random-weight GGUF models (llama / qwen3) for tests.
+
+The files use the real GGUF layout of GGUF-ARCHS.md §1.1/§1.3/§1.4/§5, so llama.cpp
+(llama-cpp-python) loads them, but weights are random and small (defaults: 60-530 KB;
+with a 49k-token tokenizer_from vocab a few MB).
+
+    write_tiny_gguf(path, TinyConfig(arch="qwen3", head_dim=32, weight_type="q8_0"))
+    write_bad_gguf(path, "missing_tensor")
+
+Broken files written by write_bad_gguf (BAD_DETAILS[kind] is a substring that an error
+message about the file should contain):
+
+    truncated        valid file cut in the middle of the data of blk.0.ffn_down.weight
+                     (every later tensor is missing too)               -> "blk.0.ffn_down.weight"
+    wrong_magic      first 4 bytes "GGUF" replaced by "FUGG"          -> "magic"
+    unknown_arch     general.architecture = "mamba9000", every {arch}.* key uses that
+                     prefix, otherwise valid                           -> "mamba9000"
+    missing_tensor   blk.1.ffn_down.weight omitted (tensor count one less)
+                                                                       -> "blk.1.ffn_down.weight"
+    wrong_shape      blk.0.attn_k.weight has ne1 = Hkv*D + 1 (one extra output row)
+                                                                       -> "blk.0.attn_k.weight"
+    text_file        a few lines of plain prose, not GGUF at all      -> "magic"
+    missing_key      {arch}.embedding_length omitted                   -> "embedding_length"
+    bad_tensor_type  blk.0.ffn_up.weight stored as I32 (same shape)   -> "blk.0.ffn_up.weight"
+
+CLI: python -m tools.tiny_gguf --arch qwen3 --out /tmp/x.gguf [--seed N]
+     [--weight-type q8_0] [--tokenizer-from PATH] [--tied] [--bad KIND]
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as QT
+from gguf import GGUFValueType as VT
+
+ARCHS = ("llama", "qwen3")
+BAD_KINDS = ("truncated", "wrong_magic", "unknown_arch", "missing_tensor", "wrong_shape",
+             "text_file", "missing_key", "bad_tensor_type")
+BAD_DETAILS = {
+    "truncated": "blk.0.ffn_down.weight",
+    "wrong_magic": "magic",
+    "unknown_arch": "mamba9000",
+    "missing_tensor": "blk.1.ffn_down.weight",
+    "wrong_shape": "blk.0.attn_k.weight",
+    "text_file": "magic",
+    "missing_key": "embedding_length",
+    "bad_tensor_type": "blk.0.ffn_up.weight",
+}
+
+# weight_type -> (ggml tensor type, general.file_type)
+WEIGHT_TYPES = {
+    "f32": (QT.F32, gguf.LlamaFileType.ALL_F32),
+    "f16": (QT.F16, gguf.LlamaFileType.MOSTLY_F16),
+    "q8_0": (QT.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+    "q4_0": (QT.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
+}
+
+
+@dataclass
+class TinyConfig:
+    arch: str = "llama"            # "llama" or "qwen3"
+    n_vocab: int = 256             # ignored when tokenizer_from is given
+    n_embd: int = 64
+    n_layer: int = 2
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 16             # key_length = value_length = rope.dimension_count
+    n_ff: int = 128
+    n_ctx_train: int = 2048
+    rope_freq_base: float = 10000.0
+    rms_eps: float = 1e-5
+    tied_output: bool = False      # no output.weight when True
+    weight_type: str = "f32"       # f32 / f16 / q8_0 / q4_0 for 2-D matrices; norms stay f32
+    seed: int = 0
+    tokenizer_from: str | None = None  # copy tokenizer.* keys from this GGUF
+
+
+class _Writer(gguf.GGUFWriter):
+    """GGUFWriter that can also write an empty array: a 256-token byte vocab has no
+    merges, yet llama.cpp refuses a gpt2 vocab whose tokenizer.ggml.merges key is absent."""
+
+    def _pack_val(self, val, vtype, add_vtype, sub_type=None):
+        if vtype == VT.ARRAY and len(val) == 0:
+            head = self._pack("I", vtype) if add_vtype else b""
+            return head + self._pack("I", sub_type or VT.STRING) + self._pack("Q", 0)
+        return super()._pack_val(val, vtype, add_vtype, sub_type)
+
+
+# ---------------------------------------------------------------- tokenizer
+
+def _byte_chars() -> list[str]:
+    """GPT-2 byte-level alphabet indexed by byte value: printable bytes map to
+    themselves, the other 68 bytes to U+0100.. in byte order (so b' ' -> 'Ġ')."""
+    printable = set(range(33, 127)) | set(range(161, 173)) | set(range(174, 256))
+    out, extra = [], 0
+    for b in range(256):
+        if b in printable:
+            out.append(chr(b))
+        else:
+            out.append(chr(256 + extra))
+            extra += 1
+    return out
+
+
+# Merge alphabet: space marker then letters by English frequency, then some punctuation.
+_MERGE_ALPHABET = ["Ġ"] + list("etaoinshrdlcumwfgypbvkjxqz") + list("ETAOINSHRDLCUMWFGYPBVKJXQZ") + list(".,!?'-:;\"()")
+
+
+def _byte_tokenizer(n_vocab: int, pre: str) -> list[tuple[str, object, VT, VT | None]]:
+    """Minimal gpt2 tokenizer: token id == byte value for ids 0..255, then 2-char merged
+    tokens (each with its merge), [PAD{i}] (UNUSED) if the merge list runs out, and a
+    final CONTROL <|endoftext|> used as bos/eos. With exactly 256 tokens bos = eos = 255
+    (byte 0xFF, which never occurs in UTF-8 text)."""
+    if n_vocab < 256:
+        raise ValueError(f"n_vocab must be >= 256 for the byte tokenizer, got {n_vocab}")
+    tokens, types, merges = _byte_chars(), [1] * 256, []
+    pairs = ((a, b) for a in _MERGE_ALPHABET for b in _MERGE_ALPHABET if b != "Ġ")
+    while len(tokens) < n_vocab - 1:
+        pair = next(pairs, None)
+        if pair is None:
+            tokens.append(f"[PAD{len(tokens)}]")
+            types.append(5)
+        else:
+            tokens.append(pair[0] + pair[1])
+            types.append(1)
+            merges.append(f"{pair[0]} {pair[1]}")
+    if n_vocab > 256:
+        tokens.append("<|endoftext|>")
+        types.append(3)
+    eos = n_vocab - 1
+    return [
+        ("tokenizer.ggml.model", "gpt2", VT.STRING, None),
+        ("tokenizer.ggml.pre", pre, VT.STRING, None),
+        ("tokenizer.ggml.tokens", tokens, VT.ARRAY, VT.STRING),
+        ("tokenizer.ggml.token_type", types, VT.ARRAY, VT.INT32),
+        ("tokenizer.ggml.merges", merges, VT.ARRAY, VT.STRING),
+        ("tokenizer.ggml.bos_token_id", eos, VT.UINT32, None),
+        ("tokenizer.ggml.eos_token_id", eos, VT.UINT32, None),
+        ("tokenizer.ggml.add_bos_token", False, VT.BOOL, None),
+        ("tokenizer.ggml.add_space_prefix", False, VT.BOOL, None),
+    ]
+
+
+@functools.lru_cache(maxsize=4)
+def _read_tokenizer(path: str, _mtime: float) -> tuple[list, int]:
+    """Every tokenizer.* key of a GGUF with its value type; strings stay raw bytes so
+    they are copied verbatim. Cached: SmolLM2's 49k tokens take a while to parse."""
+    reader = gguf.GGUFReader(path)
+    kvs, n_vocab = [], None
+    for key, f in reader.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        main = VT(f.types[0])
+        if main == VT.ARRAY:
+            sub = VT(f.types[-1])
+            if sub == VT.ARRAY:
+                raise ValueError(f"nested array {key} not supported")
+            if sub == VT.STRING:
+                val = [bytes(f.parts[i]) for i in f.data]
+            else:
+                val = [f.parts[i].tolist()[0] for i in f.data]
+            kvs.append((key, val, main, sub))
+            if key == "tokenizer.ggml.tokens":
+                n_vocab = len(val)
+        elif main == VT.STRING:
+            kvs.append((key, bytes(f.parts[f.data[0]]), main, None))
+        else:
+            kvs.append((key, f.parts[f.data[0]].tolist()[0], main, None))
+    if n_vocab is None:
+        raise ValueError(f"{path}: no tokenizer.ggml.tokens")
+    return kvs, n_vocab
+
+
+# ---------------------------------------------------------------- weights
+
+def _tensors(cfg: TinyConfig, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
+    """(name, float32 array in numpy order = reversed ggml ne, is_matrix) in file order.
+    Scales (tuned with llama.cpp greedy runs over several seeds):
+    * projections std 1/sqrt(fan_in), attn_output/ffn_down also /sqrt(2*n_layer): every
+      residual update is O(1) however deep the model is;
+    * norm weights 1 + 0.1*N(0,1); lm head std 1/sqrt(E) -> logits ~N(0,1) over the vocab;
+    * untied: embeddings N(0,1); the residual then carries the current token strongly,
+      which gives varied greedy continuations; the lm head rows get -0.3 * unit(embedding)
+      so a token does not predict itself (else ~4% of seeds loop on one token forever);
+    * tied: a large embedding used as lm head scores the current token itself (e.e >> e.e'),
+      so greedy decoding repeats the input token forever. Embeddings are made small
+      (std 0.1/sqrt(E)) and output_norm is scaled x10 to keep the logits ~N(0,1); ~4% of
+      seeds still end in a one-token loop (context-driven), seed 0 does not."""
+    rng = np.random.default_rng(cfg.seed)
+    E, F, D = cfg.n_embd, cfg.n_ff, cfg.head_dim
+    q_dim, kv_dim = cfg.n_head * D, cfg.n_head_kv * D
+    depth = 1.0 / np.sqrt(2 * cfg.n_layer)
+    emb = 0.1 if cfg.tied_output else np.sqrt(E)
+
+    def mat(n_in, n_out, scale=1.0):  # ggml ne [n_in, n_out]
+        return (rng.standard_normal((n_out, n_in)) * (scale / np.sqrt(n_in))).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    out = [("token_embd.weight", mat(E, n_vocab, emb), True)]
+    for i in range(cfg.n_layer):
+        p = f"blk.{i}."
+        out += [
+            (p + "attn_norm.weight", norm(E), False),
+            (p + "attn_q.weight", mat(E, q_dim), True),
+            (p + "attn_k.weight", mat(E, kv_dim), True),
+            (p + "attn_v.weight", mat(E, kv_dim), True),
+            (p + "attn_output.weight", mat(q_dim, E, depth), True),
+        ]
+        if cfg.arch == "qwen3":
+            out += [(p + "attn_q_norm.weight", norm(D), False),
+                    (p + "attn_k_norm.weight", norm(D), False)]
+        out += [
+            (p + "ffn_norm.weight", norm(E), False),
+            (p + "ffn_gate.weight", mat(E, F), True),
+            (p + "ffn_up.weight", mat(E, F), True),
+            (p + "ffn_down.weight", mat(F, E, depth), True),
+        ]
+    out.append(("output_norm.weight", norm(E) * (1.0 / emb if cfg.tied_output else 1.0), False))
+    if not cfg.tied_output:
+        tok = out[0][1]
+        head = mat(E, n_vocab) - 0.3 * tok / np.linalg.norm(tok, axis=1, keepdims=True)
+        out.append(("output.weight", head.astype(np.float32), True))
+    return out
+
+
+def _encode(arr: np.ndarray, qtype: QT) -> np.ndarray:
+    if qtype == QT.F32:
+        return arr
+    if qtype == QT.F16:
+        return arr.astype(np.float16)
+    return gguf.quants.quantize(arr, qtype)  # uint8 blocks; writer recovers ne from raw_dtype
+
+
+def _check(cfg: TinyConfig) -> None:
+    if cfg.arch not in ARCHS:
+        raise ValueError(f"arch must be one of {ARCHS}, got {cfg.arch!r}")
+    if cfg.weight_type not in WEIGHT_TYPES:
+        raise ValueError(f"weight_type must be one of {tuple(WEIGHT_TYPES)}, got {cfg.weight_type!r}")
+    if cfg.n_head % cfg.n_head_kv:
+        raise ValueError("n_head must be a multiple of n_head_kv")
+    if cfg.weight_type in ("q8_0", "q4_0"):
+        # quantized rows are 32-element blocks along ne0 (= fan_in of every matrix)
+        for name, n in (("n_embd", cfg.n_embd), ("n_head*head_dim", cfg.n_head * cfg.head_dim), ("n_ff", cfg.n_ff)):
+            if n % 32:
+                raise ValueError(f"{name}={n} must be a multiple of 32 for {cfg.weight_type}")
+
+
+def _write(path, cfg: TinyConfig, *, arch_name: str | None = None, skip_key: str | None = None,
+           skip_tensor: str | None = None, bad_shape: str | None = None, int_tensor: str | None = None) -> str:
+    """Write the model; the keyword hooks inject exactly one defect for write_bad_gguf
+    while every other byte-producing step (rng draws included) stays the same."""
+    _check(cfg)
+    arch = arch_name or cfg.arch
+    if cfg.tokenizer_from:
+        tok_kvs, n_vocab = _read_tokenizer(os.path.realpath(cfg.tokenizer_from),
+                                           os.path.getmtime(cfg.tokenizer_from))
+    else:
+        n_vocab = cfg.n_vocab
+        tok_kvs = _byte_tokenizer(n_vocab, "qwen2" if cfg.arch == "qwen3" else "smollm")
+    qtype, ftype = WEIGHT_TYPES[cfg.weight_type]
+
+    w = _Writer(str(path), arch)
+    kvs = [
+        ("general.name", f"tiny-{cfg.arch}", VT.STRING),
+        (f"{arch}.context_length", cfg.n_ctx_train, VT.UINT32),
+        (f"{arch}.embedding_length", cfg.n_embd, VT.UINT32),
+        (f"{arch}.block_count", cfg.n_layer, VT.UINT32),
+        (f"{arch}.feed_forward_length", cfg.n_ff, VT.UINT32),
+        (f"{arch}.attention.head_count", cfg.n_head, VT.UINT32),
+        (f"{arch}.attention.head_count_kv", cfg.n_head_kv, VT.UINT32),
+        (f"{arch}.attention.key_length", cfg.head_dim, VT.UINT32),
+        (f"{arch}.attention.value_length", cfg.head_dim, VT.UINT32),
+        (f"{arch}.rope.dimension_count", cfg.head_dim, VT.UINT32),
+        (f"{arch}.rope.freq_base", cfg.rope_freq_base, VT.FLOAT32),
+        (f"{arch}.attention.layer_norm_rms_epsilon", cfg.rms_eps, VT.FLOAT32),
+        (f"{arch}.vocab_size", n_vocab, VT.UINT32),
+        ("general.file_type", int(ftype), VT.UINT32),
+        ("general.quantization_version", gguf.GGML_QUANT_VERSION, VT.UINT32),
+    ]
+    for key, val, vt in kvs:
+        if key != skip_key:
+            w.add_key_value(key, val, vt)
+    for key, val, vt, sub in tok_kvs:
+        w.add_key_value(key, val, vt, sub_type=sub)
+
+    for name, arr, is_matrix in _tensors(cfg, n_vocab):
+        if name == skip_tensor:
+            continue
+        if name == bad_shape:  # one extra output row -> ne1 off by one
+            arr = np.concatenate([arr, arr[:1]])
+        if name == int_tensor:
+            w.add_tensor(name, np.round(arr * 1000).astype(np.int32))
+        elif is_matrix and qtype != QT.F32:
+            w.add_tensor(name, _encode(arr, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(name, arr)
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
+def write_tiny_gguf(path, cfg: TinyConfig) -> str:
+    """Write a valid tiny model for cfg to path; returns str(path)."""
+    return _write(path, cfg)
+
+
+_PROSE = """This is not a model file.
+It is a short note that someone saved with the wrong extension,
+a few lines of ordinary prose that a loader must reject cleanly
+instead of crashing or reading garbage as tensor data.
+"""
+
+
+def write_bad_gguf(path, kind: str, base_cfg: TinyConfig | None = None) -> str:
+    """Write a deliberately broken file of the given kind (see module docstring and
+    BAD_DETAILS); base_cfg (default TinyConfig()) is the valid model it starts from."""
+    cfg = base_cfg or TinyConfig()
+    if kind not in BAD_KINDS:
+        raise ValueError(f"kind must be one of {BAD_KINDS}, got {kind!r}")
+    if kind in ("missing_tensor",) and cfg.n_layer < 2:
+        raise ValueError("missing_tensor needs n_layer >= 2 (it drops blk.1.ffn_down.weight)")
+    p = Path(path)
+    if kind == "text_file":
+        p.write_text(_PROSE)
+    elif kind == "unknown_arch":
+        _write(p, cfg, arch_name="mamba9000")
+    elif kind == "missing_tensor":
+        _write(p, cfg, skip_tensor=BAD_DETAILS[kind])
+    elif kind == "wrong_shape":
+        _write(p, cfg, bad_shape=BAD_DETAILS[kind])
+    elif kind == "missing_key":
+        _write(p, cfg, skip_key=f"{cfg.arch}.embedding_length")
+    elif kind == "bad_tensor_type":
+        _write(p, cfg, int_tensor=BAD_DETAILS[kind])
+    elif kind == "wrong_magic":
+        _write(p, cfg)
+        data = bytearray(p.read_bytes())
+        data[:4] = b"FUGG"
+        p.write_bytes(bytes(data))
+    elif kind == "truncated":
+        _write(p, cfg)
+        reader = gguf.GGUFReader(p)
+        t = next(t for t in reader.tensors if t.name == BAD_DETAILS[kind])
+        cut = int(t.data_offset) + int(t.n_bytes) // 2
+        del reader, t  # drop the memmap before shrinking the file under it
+        os.truncate(p, cut)
+    return str(p)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m tools.tiny_gguf", description=__doc__.split("\n")[0])
+    ap.add_argument("--arch", choices=ARCHS, default="llama")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--weight-type", choices=tuple(WEIGHT_TYPES), default="f32")
+    ap.add_argument("--tokenizer-from", default=None)
+    ap.add_argument("--tied", action="store_true")
+    ap.add_argument("--bad", choices=BAD_KINDS, default=None, help="write a broken file of this kind")
+    a = ap.parse_args(argv)
+    cfg = TinyConfig(arch=a.arch, seed=a.seed, weight_type=a.weight_type,
+                     tokenizer_from=a.tokenizer_from, tied_output=a.tied)
+    out = write_bad_gguf(a.out, a.bad, cfg) if a.bad else write_tiny_gguf(a.out, cfg)
+    print(f"{out} ({os.path.getsize(out)} bytes)")
+
+
+if __name__ == "__main__":
+    main()
