@@ -178,7 +178,7 @@ class Engine:
                     if t in eog:
                         reason = "eos"
                         break
-                    piece, hit = matcher.feed(decoder.feed(t))
+                    piece, hit = matcher.feed(decoder.push(t))
                     text += piece
                     if hit:
                         reason = "stop"
