@@ -11,8 +11,8 @@ the BPE is mirrored here in Python so the ids match token for token:
 * special tokens are cut out of the text first, longest text first over the whole text
   (``tokenizer_st_partition``); CONTROL/UNKNOWN ones only when ``parse_special``,
   USER_DEFINED ones always;
-* no Unicode normalization, no prefix space, ``clean_spaces`` off (true for every
-  supported pre-tokenizer);
+* no Unicode normalization, no prefix space, no ``clean_spaces`` pass (llama.cpp turns it
+  off for every supported pre-tokenizer);
 * token attributes are overridden by text the way ``llama_vocab::impl::load`` does
   (``<|im_end|>`` and friends become CONTROL), the EOG set is auto-detected the same way;
 * pieces are decoded like ``llama_token_to_piece``.
@@ -85,7 +85,7 @@ class _Cursor:
         start = self.take(n)
         return self.buf[start:start + n]
 
-    def str(self, key: str) -> str:
+    def string(self, key: str) -> str:
         try:
             return self.raw_str().decode("utf-8")
         except UnicodeDecodeError:
@@ -113,7 +113,7 @@ class _Cursor:
 
     def value(self, vtype: int, key: str, keep: bool) -> Any:
         if vtype == GGUFValueType.STRING:
-            return self.str(key) if keep else self.raw_str()
+            return self.string(key) if keep else self.raw_str()
         if vtype == GGUFValueType.ARRAY:
             itype, n = self.u32(), self.u64()
             if itype == GGUFValueType.STRING:
@@ -158,7 +158,7 @@ def read_tokenizer_metadata(path: str | PathLike[str]) -> dict[str, Any]:
         n_kv = cur.u64()
         out: dict[str, Any] = {}
         for _ in range(n_kv):
-            key = cur.str("key")
+            key = cur.string("key")
             vtype = cur.u32()
             keep = key.startswith("tokenizer.") or key in _WANTED_GENERAL
             value = cur.value(vtype, key, keep)
@@ -250,7 +250,8 @@ _UNBYTE = _byte_decoder()
 class Tokenizer:
     """A GGUF vocabulary: ``encode``/``decode`` with llama.cpp's exact semantics.
 
-    Build it with :meth:`from_gguf`.  ``encode(text, add_special, parse_special)`` behaves
+    Build it with :meth:`from_gguf` (or ``Tokenizer(read_tokenizer_metadata(path), path)``).
+    ``encode(text, add_special, parse_special)`` behaves
     like ``llama_tokenize``; ``decode``/``token_to_piece`` like ``llama_detokenize`` /
     ``llama_token_to_piece`` (``skip_special`` = not ``unparse_special``).  Supported:
     ``tokenizer.ggml.model`` = ``gpt2`` with ``tokenizer.ggml.pre`` in ``smollm``, ``qwen2``
@@ -295,10 +296,11 @@ class Tokenizer:
         if types is None:
             attrs = np.full(n, A_NORMAL, dtype=np.int32)
         else:
-            types = np.asarray(types, dtype=np.int64)
-            if types.shape != (n,):
+            types = np.asarray(types, dtype=np.int64).ravel()
+            if types.size < n:
                 raise TokenizerError(f"{source}: tokenizer.ggml.token_type has {types.size} "
                                      f"entries for {n} tokens")
+            types = types[:n]
             in_range = (types >= 0) & (types < len(_TYPE_TO_ATTR))
             attrs = np.where(in_range, _TYPE_TO_ATTR[np.clip(types, 0, 6)], A_UNDEFINED)
         self._attrs = attrs.astype(np.int32)
@@ -379,8 +381,9 @@ class Tokenizer:
         try:
             bpe = models.BPE(vocab=self._vocab, merges=pairs)
         except Exception:
-            # HF insists that every merge's parts and result are tokens; llama.cpp tolerates
-            # such merges but they can only ever produce byte fallbacks, so drop them.
+            # HF insists that a merge's parts and result are all tokens.  Only a broken
+            # conversion has other merges (llama.cpp would apply them and fall back to byte
+            # tokens where the result is no token); drop them rather than fail.
             v = self._vocab
             pairs = [(a, b) for a, b in pairs if a in v and b in v and a + b in v]
             bpe = models.BPE(vocab=v, merges=pairs)
@@ -429,6 +432,10 @@ class Tokenizer:
     def is_eog(self, token_id: int) -> bool:
         return token_id in self._eog
 
+    def token_attr(self, token_id: int) -> int:
+        """llama.cpp's ``llama_token_attr`` bits of a token (after its text-based overrides)."""
+        return int(self._attrs[token_id])
+
     def is_control(self, token_id: int) -> bool:
         """True for tokens llama.cpp hides when decoding without special tokens."""
         return bool(self._attrs[token_id] & (A_CONTROL | A_UNKNOWN))
@@ -473,19 +480,21 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"encode() takes str, not {type(text).__name__}")
-        ids: list[int] = [self._ids["bos"]] if add_special and self.add_bos else []  # type: ignore[list-item]
+        ids: list[int] = []
+        if add_special and self.add_bos:
+            ids.append(self._ids["bos"])  # type: ignore[arg-type]
         if text:
-            frags = self._partition(text, parse_special)
-            raw = [f for f in frags if type(f) is str]
+            # One plain encode per fragment: the batch API would start tokenizers' thread pool,
+            # which then warns in every child process the application forks.
+            bpe = self._bpe.encode
             try:
-                encoded = iter(self._bpe.encode_batch_fast(raw, add_special_tokens=False))
+                for f in self._partition(text, parse_special):
+                    if type(f) is str:
+                        ids.extend(bpe(f, add_special_tokens=False).ids)
+                    else:
+                        ids.append(f)  # type: ignore[arg-type]
             except Exception as e:  # e.g. lone surrogates, which have no UTF-8 form
                 raise TokenizerError(f"cannot tokenize text: {e}") from None
-            for f in frags:
-                if type(f) is str:
-                    ids.extend(next(encoded).ids)
-                else:
-                    ids.append(f)  # type: ignore[arg-type]
         if add_special and self.add_eos:
             ids.append(self._ids["eos"])  # type: ignore[arg-type]
         return ids

@@ -10,23 +10,6 @@ static bool by_logit_desc(const Candidate & a, const Candidate & b) {
     return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
 }
 
-static void apply_penalties(std::vector<Candidate> & c, const luce_sampling_params & sp, const int32_t * history,
-                            int32_t n_history) {
-    const bool repeat = sp.repeat_penalty != 1.0f && sp.repeat_penalty > 0.0f;
-    const bool presence = sp.presence_penalty != 0.0f;
-    if ((!repeat && !presence) || n_history <= 0 || sp.penalty_last_n == 0) return;
-    const int32_t window = sp.penalty_last_n < 0 ? n_history : std::min(n_history, sp.penalty_last_n);
-    std::unordered_map<int32_t, int> seen;
-    for (int32_t i = n_history - window; i < n_history; ++i) seen[history[i]]++;
-    for (const auto & entry : seen) {
-        const int32_t id = entry.first;
-        if (id < 0 || size_t(id) >= c.size()) continue;
-        float & l = c[size_t(id)].logit;   // candidates are still indexed by id here
-        if (repeat) l = l > 0 ? l / sp.repeat_penalty : l * sp.repeat_penalty;
-        if (presence) l -= sp.presence_penalty;
-    }
-}
-
 static void softmax(std::vector<Candidate> & c, float temperature) {
     const float inv_t = temperature > 0 ? 1.0f / temperature : 1.0f;
     const float max_l = c.front().logit;   // sorted descending
@@ -35,16 +18,56 @@ static void softmax(std::vector<Candidate> & c, float temperature) {
     for (auto & x : c) x.p = float(x.p / sum);
 }
 
+// Penalty-adjusted logit of token id (the history is short; only its tokens change).
+static std::unordered_map<int32_t, float> penalized(const float * logits, int32_t n_vocab, const luce_sampling_params & sp,
+                                                    const int32_t * history, int32_t n_history) {
+    std::unordered_map<int32_t, float> out;
+    const bool repeat = sp.repeat_penalty != 1.0f && sp.repeat_penalty > 0.0f;
+    const bool presence = sp.presence_penalty != 0.0f;
+    if ((!repeat && !presence) || n_history <= 0 || sp.penalty_last_n == 0) return out;
+    const int32_t window = sp.penalty_last_n < 0 ? n_history : std::min(n_history, sp.penalty_last_n);
+    for (int32_t i = n_history - window; i < n_history; ++i) {
+        const int32_t id = history[i];
+        if (id < 0 || id >= n_vocab || out.count(id)) continue;
+        float l = logits[id];
+        if (repeat) l = l > 0 ? l / sp.repeat_penalty : l * sp.repeat_penalty;
+        if (presence) l -= sp.presence_penalty;
+        out[id] = l;
+    }
+    return out;
+}
+
 std::vector<Candidate> processed_distribution(const float * logits, int32_t n_vocab, const luce_sampling_params & sp,
                                               const int32_t * history, int32_t n_history) {
-    std::vector<Candidate> c(static_cast<size_t>(n_vocab));
-    for (int32_t i = 0; i < n_vocab; ++i) c[size_t(i)] = {i, logits[i], 0.0f};
-    apply_penalties(c, sp, history, n_history);
+    const auto changed = penalized(logits, n_vocab, sp, history, n_history);
 
     if (sp.temperature <= 0.0f) {
-        auto best = std::min_element(c.begin(), c.end(), by_logit_desc);
-        return {{best->id, best->logit, 1.0f}};
+        // Greedy runs every decode step: scan the row instead of building candidates
+        // (ties go to the lower id, like a stable sort).
+        int32_t best = 0;
+        float best_l = -INFINITY;
+        for (int32_t i = 0; i < n_vocab; ++i) {
+            const float l = logits[i];
+            if (l > best_l) { best_l = l; best = i; }
+        }
+        if (!changed.empty()) {
+            // Penalties moved a few tokens: the winner is the best untouched token or one of those.
+            if (changed.count(best)) {
+                best_l = -INFINITY;
+                for (int32_t i = 0; i < n_vocab; ++i) {
+                    if (logits[i] > best_l && !changed.count(i)) { best_l = logits[i]; best = i; }
+                }
+            }
+            for (const auto & [id, l] : changed) {
+                if (l > best_l || (l == best_l && id < best)) { best_l = l; best = id; }
+            }
+        }
+        return {{best, best_l, 1.0f}};
     }
+
+    std::vector<Candidate> c(static_cast<size_t>(n_vocab));
+    for (int32_t i = 0; i < n_vocab; ++i) c[size_t(i)] = {i, logits[i], 0.0f};
+    for (const auto & [id, l] : changed) c[size_t(id)].logit = l;
 
     size_t keep = c.size();
     if (sp.top_k > 0 && size_t(sp.top_k) < keep) {

@@ -1,0 +1,129 @@
+"""Decode and prefill speed: luce vs llama.cpp (llama-cpp-python) on the same GGUF, in one run.
+
+    python bench/bench_engine.py                       # SmolLM2-135M on CPU
+    python bench/bench_engine.py --device cuda:0 --model M.gguf --prefill 512,8192
+
+Runs are interleaved (ours, theirs, ours, ...) after a warm-up so that drift in clocks or
+background load hits both alike; medians are reported. Decoding is greedy with EOS ignored.
+Writes a table to stdout and JSON to bench/results/ (or --json PATH).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from llama_cpp_peer import LlamaCppPeer  # noqa: E402
+
+import luce_engine  # noqa: E402
+from luce_engine import Engine, Model, Sampling  # noqa: E402
+
+
+class LucePeer:
+    def __init__(self, path: str, *, device: str, n_ctx: int, n_threads: int, n_batch: int = 512):
+        self.model = Model(path, device=device, n_threads=n_threads)
+        self.engine = Engine(self.model, n_ctx=n_ctx, n_batch=n_batch)
+        self.greedy = Sampling()
+
+    def prefill_seconds(self, tokens: list[int]) -> float:
+        self.engine.truncate(0)
+        t0 = time.perf_counter()
+        self.engine.prefill(tokens)
+        return time.perf_counter() - t0
+
+    def decode_seconds(self, prompt: list[int], n: int) -> tuple[float, list[int]]:
+        self.prefill_seconds(prompt)
+        out = []
+        t0 = time.perf_counter()
+        for _ in range(n):
+            out.extend(self.engine.step(self.greedy).tokens)
+        return time.perf_counter() - t0, out
+
+
+def synthetic_tokens(n: int, n_vocab: int, seed: int = 0) -> list[int]:
+    # ordinary-looking ids away from the special tokens at the start of the vocabulary
+    return [int(t) for t in np.random.default_rng(seed).integers(min(1000, n_vocab // 4), n_vocab, n)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None, help="GGUF path (default: the embedded SmolLM2-135M-Instruct)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda:0, ... (llama.cpp offloads all layers on a GPU)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--decode-tokens", type=int, default=128)
+    ap.add_argument("--prompt-tokens", type=int, default=32, help="prompt before the timed decode")
+    ap.add_argument("--prefill", default="512", help="comma-separated prefill lengths")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+
+    path = args.model or luce_engine.default_model_path()
+    gpu = args.device != "cpu"
+    prefill_lengths = [int(x) for x in args.prefill.split(",") if x]
+    n_ctx = max(prefill_lengths + [args.prompt_tokens + args.decode_tokens]) + 256
+    ours = LucePeer(path, device=args.device, n_ctx=n_ctx, n_threads=args.threads)
+    theirs = LlamaCppPeer(path, n_ctx=n_ctx, n_threads=args.threads, gpu=gpu)
+    n_vocab = ours.model.n_vocab
+    peers = {"luce": ours, "llama.cpp": theirs}
+
+    # decode: warm-up, then interleaved repeats
+    prompt = synthetic_tokens(args.prompt_tokens, n_vocab, seed=1)
+    for p in peers.values():
+        p.decode_seconds(prompt, 16)
+    decode = {k: [] for k in peers}
+    same_tokens = True
+    for _ in range(args.repeats):
+        outs = {}
+        for name, p in peers.items():
+            secs, outs[name] = p.decode_seconds(prompt, args.decode_tokens)
+            decode[name].append(args.decode_tokens / secs)
+        same_tokens &= outs["luce"] == outs["llama.cpp"]
+
+    prefill = {k: {} for k in peers}
+    for n in prefill_lengths:
+        toks = synthetic_tokens(n, n_vocab, seed=n)
+        for p in peers.values():
+            p.prefill_seconds(toks)   # warm-up for this shape
+        runs = {k: [] for k in peers}
+        for _ in range(max(2, args.repeats // 2)):
+            for name, p in peers.items():
+                runs[name].append(n / p.prefill_seconds(toks))
+        for name in peers:
+            prefill[name][n] = statistics.median(runs[name])
+
+    med = {k: statistics.median(v) for k, v in decode.items()}
+    result = {
+        "model": ours.model.name, "path": path, "weights": ours.model.weight_types, "device": args.device,
+        "backend_device": ours.model.device, "threads": args.threads, "host": platform.node(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "decode_tok_s": med, "decode_runs": decode, "decode_ratio": med["luce"] / med["llama.cpp"],
+        "greedy_tokens_identical": same_tokens,
+        "prefill_tok_s": prefill,
+        "prefill_ratio": {n: prefill["luce"][n] / prefill["llama.cpp"][n] for n in prefill_lengths},
+    }
+    out = Path(args.json) if args.json else Path(__file__).resolve().parent / "results" / (
+        f"engine-{args.device.replace(':', '')}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+
+    print(f"\n{ours.model.name} ({ours.model.weight_types}) on {ours.model.device}, {args.threads} threads")
+    print(f"{'metric':<22}{'luce':>12}{'llama.cpp':>12}{'ratio':>9}")
+    print(f"{'decode tok/s':<22}{med['luce']:>12.1f}{med['llama.cpp']:>12.1f}{result['decode_ratio']:>9.3f}")
+    for n in prefill_lengths:
+        print(f"{f'prefill {n} tok/s':<22}{prefill['luce'][n]:>12.1f}{prefill['llama.cpp'][n]:>12.1f}"
+              f"{result['prefill_ratio'][n]:>9.3f}")
+    print(f"greedy tokens identical: {same_tokens}   json: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
