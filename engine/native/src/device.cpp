@@ -64,8 +64,10 @@ void set_backend_threads(ggml_backend_t backend, int n_threads) {
 
 int default_thread_count() {
     unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    // Past 4 logical CPUs assume SMT: matmuls are bandwidth bound and extra siblings only add contention.
-    return int(hw <= 4 ? hw : hw / 2);
+    // ggml's CPU threads spin at barriers: if one of them loses its core to another process
+    // (the UI thread included) a decode step stalls by orders of magnitude. Leave a core free
+    // on small machines; past 4 logical CPUs assume SMT, where siblings add little bandwidth.
+    return int(hw <= 4 ? std::max(1u, hw - 1) : hw / 2);
 }
 
 } // namespace luce

@@ -1,0 +1,209 @@
+"""`luce-chat`: argument parsing, model loading, the one-shot mode (-p) and dispatch to the REPL."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from luce_tui import config
+
+EXIT_ERROR = 2          # bad flags or a model that cannot be loaded (argparse uses 2 as well)
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl+C
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("luce-chat")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _positive(value: str) -> int:
+    n = int(value)
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return n
+
+
+def _non_negative(value: str) -> int:
+    n = int(value)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="luce-chat", description="Chat with a local GGUF model in the terminal (inference runs in-process).")
+    mode = p.add_argument_group("mode")
+    mode.add_argument("-p", "--prompt", metavar="TEXT",
+                      help="answer one question and exit (stream to stdout); '-' reads it from stdin")
+    mode.add_argument("--plain", action="store_true", help="the plain prompt_toolkit chat loop (the default for now)")
+    mode.add_argument("--plan", action="store_true", help="print the memory plan for these settings and exit")
+
+    model = p.add_argument_group("model and engine")
+    model.add_argument("--target", metavar="PATH", help="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
+    # The engine validates the device and lists the available ones in its error message.
+    model.add_argument("--device", default="auto", help="auto, cpu or cuda:N (default: auto)")
+    model.add_argument("--max-ctx", type=_positive, metavar="N",
+                       help=f"context size in tokens, capped to the model's training context "
+                            f"(default: {config.DEFAULT_MAX_CTX})")
+    model.add_argument("--cache-type-k", choices=config.CACHE_TYPES, default="f16", help="KV cache type of K")
+    model.add_argument("--cache-type-v", choices=config.CACHE_TYPES, default="f16", help="KV cache type of V")
+    model.add_argument("--threads", type=_non_negative, default=0, metavar="N", help="CPU threads (default: auto)")
+
+    s = p.add_argument_group("sampling (defaults: the chat preset)")
+    s.add_argument("--temp", dest="temperature", type=float, metavar="T", help="temperature; 0 is greedy")
+    s.add_argument("--top-k", dest="top_k", type=int, metavar="K")
+    s.add_argument("--top-p", dest="top_p", type=float, metavar="P")
+    s.add_argument("--min-p", dest="min_p", type=float, metavar="P")
+    s.add_argument("--repeat-penalty", dest="repeat_penalty", type=float, metavar="X")
+    s.add_argument("--presence-penalty", dest="presence_penalty", type=float, metavar="X")
+    s.add_argument("--seed", type=_non_negative, metavar="N", help="fixed seed (default: random per reply)")
+    s.add_argument("--max-tokens", type=_positive, default=config.DEFAULT_MAX_TOKENS, metavar="N",
+                   help=f"most tokens per reply (default: {config.DEFAULT_MAX_TOKENS})")
+    s.add_argument("--system", metavar="TEXT", help="system prompt (default: the model template's own)")
+
+    misc = p.add_argument_group("other")
+    misc.add_argument("--data-dir", metavar="DIR",
+                      help="where history is kept (default: $LUCE_DATA_DIR, else $XDG_DATA_HOME/luce)")
+    misc.add_argument("-v", "--verbose", action="store_true", help="model info and per-reply stats on stderr")
+    misc.add_argument("--stats", action="store_true", help="print a stats line on stderr after the reply")
+    misc.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    return p
+
+
+def _fail(message: str) -> int:
+    print(f"luce-chat: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def load(settings: config.EngineSettings, *, verbose: bool = False):
+    """Model + Engine (+ tokenizer and chat template, so their errors surface here too)."""
+    from luce_engine import Engine, Model
+
+    t0 = time.perf_counter()
+    model = Model(settings.target, device=settings.device, n_threads=settings.threads)
+    model.chat_template   # builds the tokenizer as well
+    engine = Engine(model, n_ctx=_n_ctx(settings, model),
+                    cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v)
+    if verbose:
+        print(f"luce-chat: {model.name} ({model.arch}, {model.n_params / 1e6:.0f}M params) on {model.device}, "
+              f"n_ctx {engine.n_ctx}, KV {engine.cache_type_k}/{engine.cache_type_v}, "
+              f"loaded in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
+    return model, engine
+
+
+def _n_ctx(settings: config.EngineSettings, model) -> int:
+    n_ctx = settings.n_ctx_for(model.n_ctx_train)
+    if settings.max_ctx_given and n_ctx < settings.max_ctx:
+        print(f"luce-chat: --max-ctx {settings.max_ctx} capped to the model's training context {n_ctx}",
+              file=sys.stderr)
+    return n_ctx
+
+
+def print_plan(settings: config.EngineSettings) -> int:
+    from luce_engine import InsufficientMemoryError, Model
+
+    model = Model(settings.target, device=settings.device, n_threads=settings.threads)
+    n_ctx = _n_ctx(settings, model)
+    try:
+        plan = model.plan(n_ctx=n_ctx, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v)
+    except InsufficientMemoryError as e:
+        return _fail(str(e))
+    print(f"memory plan for {model.name} on {model.device} "
+          f"(n_ctx {n_ctx}, KV {settings.cache_type_k}/{settings.cache_type_v}):")
+    print(config.format_plan(plan))
+    return 0
+
+
+class _Progress:
+    """Prefill progress on stderr, only for an interactive terminal and a prompt worth waiting for."""
+
+    def __init__(self, min_tokens: int = 1024):
+        self.stream, self.min_tokens, self.shown = sys.stderr, min_tokens, False
+
+    def __call__(self, done: int, total: int) -> None:
+        if total >= self.min_tokens and self.stream.isatty():
+            self.stream.write(f"\rprefill {done}/{total} tokens")
+            self.stream.flush()
+            self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            self.shown = False
+
+
+def run_once(engine, question: str, sampling, args) -> int:
+    """-p: stream one answer to stdout; progress and stats go to stderr."""
+    from luce_tui.conversation import Conversation
+
+    conv = Conversation(engine, system=args.system)
+    progress = _Progress()
+    out = sys.stdout
+
+    def write(text: str) -> None:
+        progress.clear()
+        out.write(text)
+        out.flush()
+
+    result = conv.reply(question, sampling=sampling, max_tokens=args.max_tokens, on_text=write, on_progress=progress)
+    progress.clear()
+    out.write("\n")
+    out.flush()
+    if args.stats or args.verbose:
+        print(f"[{result.summary()}]", file=sys.stderr)
+    if result.finish_reason == "context":
+        print("luce-chat: the context is full; raise --max-ctx for longer answers", file=sys.stderr)
+    return EXIT_INTERRUPTED if result.finish_reason == "cancelled" else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        sampling = config.sampling_from_args(args)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.prompt is not None and args.plain:
+        parser.error("-p and --plain exclude each other")
+    if args.prompt == "-":
+        args.prompt = sys.stdin.read().strip()   # `echo question | luce-chat -p -` ends in a newline
+    if args.prompt is not None and not args.prompt.strip():
+        parser.error("the prompt is empty")
+
+    from luce_engine import ContextFullError, EngineError
+    from luce_engine.chat_template import ChatTemplateError
+    from luce_engine.tokenizer import TokenizerError
+
+    try:
+        settings = config.engine_settings(args)
+        if args.plan:
+            return print_plan(settings)
+        model, engine = load(settings, verbose=args.verbose)
+        if args.prompt is not None:
+            return run_once(engine, args.prompt, sampling, args)
+        from luce_tui.plain import run_plain
+
+        return run_plain(engine, sampling, args)
+    except ContextFullError as e:
+        return _fail(f"{e}; raise --max-ctx for a longer context")
+    except (EngineError, TokenizerError, ChatTemplateError) as e:
+        return _fail(str(e))
+    except KeyboardInterrupt:   # Ctrl+C while loading: no traceback
+        print(file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:     # `luce-chat -p ... | head`: the reader left; that is fine
+        # Point stdout at /dev/null so the interpreter's final flush does not complain again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Turning command-line flags (and /sampling arguments) into engine and sampling settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from luce_engine import Sampling
+
+CACHE_TYPES = ("f16", "q8_0", "q4_0")
+DEFAULT_MAX_CTX = 4096
+DEFAULT_MAX_TOKENS = 1024
+
+# Sampling field -> (type, accepted spellings). The CLI flag names and /sampling keys share it.
+SAMPLING_KEYS: dict[str, tuple[type, tuple[str, ...]]] = {
+    "temperature": (float, ("temperature", "temp")),
+    "top_k": (int, ("top_k", "top-k")),
+    "top_p": (float, ("top_p", "top-p")),
+    "min_p": (float, ("min_p", "min-p")),
+    "repeat_penalty": (float, ("repeat_penalty", "repeat-penalty")),
+    "presence_penalty": (float, ("presence_penalty", "presence-penalty")),
+    "seed": (int, ("seed",)),
+}
+_ALIASES = {alias: field for field, (_, names) in SAMPLING_KEYS.items() for alias in names}
+
+
+@dataclasses.dataclass
+class EngineSettings:
+    """What Model() and Engine() get; n_ctx is capped to the model once it is loaded."""
+
+    target: str
+    device: str = "auto"
+    threads: int = 0
+    max_ctx: int = DEFAULT_MAX_CTX
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    max_ctx_given: bool = False   # said on the command line (then capping it is worth a note)
+
+    def n_ctx_for(self, n_ctx_train: int) -> int:
+        # A context beyond the training length only produces garbage, so cap it (0: unknown).
+        return min(self.max_ctx, n_ctx_train) if n_ctx_train > 0 else self.max_ctx
+
+
+def engine_settings(args) -> EngineSettings:
+    target = args.target
+    if target is None:
+        from luce_engine import default_model_path
+
+        target = default_model_path()   # may raise ModelFileError: the caller reports it
+    return EngineSettings(target=str(target), device=args.device, threads=args.threads,
+                          max_ctx=args.max_ctx or DEFAULT_MAX_CTX, max_ctx_given=args.max_ctx is not None,
+                          cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v)
+
+
+def sampling_from_args(args) -> Sampling:
+    """Sampling.chat_default() with the flags that were given on top (ValueError if out of range)."""
+    given = {f: getattr(args, f) for f in SAMPLING_KEYS if getattr(args, f, None) is not None}
+    return Sampling.chat_default().updated(**given)
+
+
+def parse_sampling_assignments(items: list[str], current: Sampling) -> Sampling:
+    """`/sampling top_k=40 temp=0.2 seed=none` -> a new Sampling; ValueError with a readable message."""
+    changes = {}
+    for item in items:
+        key, eq, raw = item.partition("=")
+        field = _ALIASES.get(key.strip().lower())
+        if not eq:
+            raise ValueError(f"expected key=value, got {item!r}")
+        if field is None:
+            raise ValueError(f"unknown sampling key {key!r} (known: {', '.join(SAMPLING_KEYS)})")
+        kind = SAMPLING_KEYS[field][0]
+        raw = raw.strip()
+        if field == "seed" and raw.lower() in ("none", "random", ""):
+            changes[field] = None   # back to a fresh random seed per reply
+            continue
+        try:
+            changes[field] = kind(raw)
+        except ValueError:
+            expected = "an integer" if kind is int else "a number"
+            raise ValueError(f"bad value for {field}: {raw!r} (expected {expected})") from None
+    return current.updated(**changes)   # Sampling validates ranges itself
+
+
+def format_sampling(s: Sampling) -> str:
+    seed = "random" if s.seed is None else str(s.seed)
+    return (f"temperature={s.temperature:g} top_k={s.top_k} top_p={s.top_p:g} min_p={s.min_p:g} "
+            f"repeat_penalty={s.repeat_penalty:g} presence_penalty={s.presence_penalty:g} seed={seed}")
+
+
+def data_dir(flag: str | None = None) -> Path:
+    """--data-dir, else $LUCE_DATA_DIR, else $XDG_DATA_HOME/luce, else ~/.local/share/luce."""
+    if flag:
+        return Path(flag).expanduser()
+    if os.environ.get("LUCE_DATA_DIR"):
+        return Path(os.environ["LUCE_DATA_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return base / "luce"
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_plan(plan: dict) -> str:
+    """The memory plan as aligned lines in human units."""
+    rows = [(k, plan[k]) for k in ("weights", "kv_cache", "compute", "outputs", "total") if k in plan]
+    lines = [f"  {k:<12}{human_bytes(v):>12}" for k, v in rows]
+    if plan.get("device_free"):
+        lines.append(f"  {'device free':<12}{human_bytes(plan['device_free']):>12}")
+    if "n_ctx" in plan:
+        lines.append(f"  {'n_ctx':<12}{plan['n_ctx']:>12}")
+    return "\n".join(lines)

@@ -1,0 +1,217 @@
+"""A conversation on one Engine: messages rendered with the model's chat template, prefilled incrementally.
+
+The engine's context (engine.tokens) is the source of truth for what is already evaluated: each
+turn renders the whole conversation, keeps the longest common prefix of the context and the new
+prompt, and prefills only the rest. A normal follow-up turn therefore evaluates just the new user
+message; editing the system prompt or retrying rewinds the context to where the prompts diverge.
+
+Generation runs on a worker thread so the main thread stays responsive: Ctrl+C (SIGINT) is turned
+into engine.cancel(), which stops the engine at its next graph boundary, and the partial reply is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import signal
+import threading
+from typing import Callable
+
+from luce_engine import ContextFullError, Engine, Sampling
+
+TextFn = Callable[[str], object]
+ProgressFn = Callable[[int, int], object]
+
+
+class ConversationError(Exception):
+    """A request the conversation cannot serve in its current state (e.g. /retry with no reply)."""
+
+
+@dataclasses.dataclass
+class TurnResult:
+    """One reply and what producing it cost."""
+
+    text: str
+    finish_reason: str          # eos, stop, length, context or cancelled
+    prompt_tokens: int          # the whole rendered prompt
+    reused_tokens: int          # of those, already in the engine's context
+    prefill_tokens: int         # evaluated for this turn
+    prefill_ms: float
+    generated_tokens: int
+    decode_ms: float
+
+    @property
+    def prefill_tps(self) -> float:
+        return self.prefill_tokens / self.prefill_ms * 1e3 if self.prefill_ms > 0 else 0.0
+
+    @property
+    def decode_tps(self) -> float:
+        return self.generated_tokens / self.decode_ms * 1e3 if self.decode_ms > 0 else 0.0
+
+    def summary(self) -> str:
+        return (f"prompt {self.prompt_tokens} tok ({self.reused_tokens} reused), "
+                f"prefill {self.prefill_tokens} tok @ {self.prefill_tps:.1f} tok/s | "
+                f"generated {self.generated_tokens} tok @ {self.decode_tps:.1f} tok/s | "
+                f"finish: {self.finish_reason}")
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class Conversation:
+    """System prompt + messages on one engine.
+
+    >>> conv = Conversation(engine, system="Be brief.")
+    >>> conv.reply("Hi!", sampling=Sampling(), max_tokens=32, on_text=print).text
+    """
+
+    def __init__(self, engine: Engine, *, system: str | None = None):
+        self.engine = engine
+        self.tokenizer = engine.model.tokenizer
+        self.template = engine.model.chat_template
+        self.system = system          # None: whatever the template does without one
+        self.messages: list[dict] = []
+        self.last: TurnResult | None = None
+
+    # -- prompt ----------------------------------------------------------------------------
+    def chat_messages(self, history: list[dict] | None = None) -> list[dict]:
+        history = self.messages if history is None else history
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        return head + list(history)
+
+    def render(self, history: list[dict] | None = None, add_generation_prompt: bool = True) -> str:
+        return self.template.render(self.chat_messages(history), add_generation_prompt=add_generation_prompt)
+
+    def encode(self, history: list[dict] | None = None) -> list[int]:
+        """Prompt tokens for the conversation, ending in the assistant header."""
+        tok = self.tokenizer
+        ids = tok.encode(self.render(history), add_special=False, parse_special=True)
+        # Add BOS when the model wants one and the template did not already write it.
+        if tok.add_bos and tok.bos_id is not None and ids[:1] != [tok.bos_id]:
+            ids.insert(0, tok.bos_id)
+        return ids
+
+    # -- state -----------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget the messages and empty the engine's context (the system prompt stays)."""
+        self.messages = []
+        self.last = None
+        self.engine.truncate(0)
+
+    # -- turns -----------------------------------------------------------------------------
+    def reply(self, text: str, *, sampling: Sampling, max_tokens: int, on_text: TextFn | None = None,
+              on_progress: ProgressFn | None = None) -> TurnResult:
+        """Add a user message and generate the assistant's reply (kept even when cancelled)."""
+        return self._run(self.messages + [{"role": "user", "content": text}], sampling, max_tokens,
+                         on_text, on_progress)
+
+    def retry(self, *, sampling: Sampling, max_tokens: int, on_text: TextFn | None = None,
+              on_progress: ProgressFn | None = None) -> TurnResult:
+        """Replace the last assistant reply by a newly generated one."""
+        if not self.messages or self.messages[-1]["role"] != "assistant":
+            raise ConversationError("there is no reply to retry yet")
+        return self._run(self.messages[:-1], sampling, max_tokens, on_text, on_progress)
+
+    def _run(self, history: list[dict], sampling: Sampling, max_tokens: int, on_text: TextFn | None,
+             on_progress: ProgressFn | None) -> TurnResult:
+        # Everything that can fail before generation leaves self.messages untouched.
+        prompt = self.encode(history)
+        if not prompt:
+            raise ConversationError("the chat template rendered an empty prompt")
+        n_ctx = self.engine.n_ctx
+        if len(prompt) >= n_ctx:
+            raise ContextFullError(f"the conversation is {len(prompt)} tokens but the context holds {n_ctx}")
+        events: queue.SimpleQueue = queue.SimpleQueue()
+        stop = threading.Event()
+        worker = threading.Thread(target=self._generate, name="luce-generate", daemon=True,
+                                  args=(prompt, sampling, max_tokens, stop, events))
+        before = self.engine.stats()
+        text, reason, generated, reused = [], "cancelled", 0, 0
+        with _sigint_cancels(self.engine, stop):
+            worker.start()
+            try:
+                while (ev := events.get())[0] != "end":
+                    if ev[0] == "reused":
+                        reused = ev[1]
+                    elif ev[0] == "progress":
+                        if on_progress:
+                            on_progress(ev[1], ev[2])
+                    elif ev[0] == "step":
+                        r = ev[1]
+                        generated += len(r.tokens)
+                        reason = r.finish_reason or reason
+                        if r.text:
+                            text.append(r.text)
+                            if on_text:
+                                on_text(r.text)
+                    else:   # "error"
+                        raise ev[1]
+            except BaseException:
+                # Also for failures of on_text (a closed pipe): never leave the worker running.
+                stop.set()
+                self.engine.cancel()
+                worker.join()
+                raise
+        worker.join()
+        after = self.engine.stats()
+        reply = "".join(text)
+        self.messages = history + [{"role": "assistant", "content": reply}]
+        self.last = TurnResult(
+            text=reply, finish_reason=reason, prompt_tokens=len(prompt), reused_tokens=reused,
+            prefill_tokens=after["n_prefill_tokens"] - before["n_prefill_tokens"],
+            prefill_ms=after["prefill_ms"] - before["prefill_ms"],
+            generated_tokens=generated, decode_ms=after["decode_ms"] - before["decode_ms"])
+        return self.last
+
+    def _generate(self, prompt: list[int], sampling: Sampling, max_tokens: int, stop: threading.Event,
+                  events: queue.SimpleQueue) -> None:
+        """Worker thread: rewind the context to the common prefix, then prefill + generate."""
+        try:
+            eng = self.engine
+            # Keep at least one prompt token to evaluate, so the prefill leaves fresh logits behind.
+            keep = min(common_prefix(eng.tokens, prompt), len(prompt) - 1)
+            if keep < eng.n_past:
+                eng.truncate(keep)
+            events.put(("reused", keep))
+
+            def progress(done: int, total: int) -> bool:
+                events.put(("progress", done, total))
+                return not stop.is_set()
+
+            # `stop` also covers a Ctrl+C that came before generate() cleared the engine's cancel flag.
+            for r in eng.generate(prompt[keep:], sampling=sampling, max_tokens=max_tokens, progress=progress):
+                events.put(("step", r))
+                if stop.is_set():
+                    break
+        except BaseException as e:   # handed to the main thread, which re-raises it
+            events.put(("error", e))
+        finally:
+            events.put(("end",))
+
+
+class _sigint_cancels:
+    """While a reply is generated, Ctrl+C cancels the engine instead of raising KeyboardInterrupt.
+
+    Only the main thread may install signal handlers; elsewhere this does nothing.
+    """
+
+    def __init__(self, engine: Engine, stop: threading.Event):
+        self.engine, self.stop, self.previous = engine, stop, None
+
+    def _handler(self, signum, frame) -> None:
+        self.stop.set()
+        self.engine.cancel()
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
