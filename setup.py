@@ -2,9 +2,12 @@
 
 build_ext first configures and builds engine/native with CMake against the ggml that
 llama-cpp-python installed (find_package(ggml CONFIG) under its site-packages prefix), then links
-the static `luce` library into the `luce_engine._core` extension. The extension finds libggml at
-run time through its RPATH: `$ORIGIN/../lib` (site-packages/lib, where llama-cpp-python puts it)
-and the absolute directory found at build time (editable installs), so no LD_LIBRARY_PATH is needed.
+the static `luce` library into the `luce_engine._core` extension. llama-cpp-python installs ggml
+twice (site-packages/lib and site-packages/llama_cpp/lib); we link and run against the copy that
+llama_cpp itself loads, so both share one ggml (one backend registry, one CUDA context) in a
+process. The RPATH finds it relative to the extension (`$ORIGIN/../llama_cpp/lib`, then
+`$ORIGIN/../lib`) or at the absolute directory found at build time (editable installs), so no
+LD_LIBRARY_PATH is needed.
 """
 from __future__ import annotations
 
@@ -49,13 +52,15 @@ class CMakeBuildExt(build_ext):
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
         subprocess.check_call([cmake, "--build", str(build_dir), "--parallel", jobs])
 
-        libdir = prefix / "lib"
+        libdir = prefix / "llama_cpp" / "lib"
+        if not (libdir / "libggml.so").exists():
+            libdir = prefix / "lib"
         for ext in self.extensions:
             ext.include_dirs += [str(NATIVE / "include")]
             ext.extra_objects += [str(build_dir / "libluce.a")]
             ext.library_dirs += [str(libdir)]
             ext.libraries += ["ggml", "ggml-base", "stdc++"]
-            ext.runtime_library_dirs += ["$ORIGIN/../lib", str(libdir)]
+            ext.runtime_library_dirs += ["$ORIGIN/../llama_cpp/lib", "$ORIGIN/../lib", str(libdir)]
             ext.depends += [str(p) for p in NATIVE.rglob("*.[ch]*")]
         super().run()
 
