@@ -81,6 +81,7 @@ class Engine:
         self.cache_type_k, self.cache_type_v = cache_type_k, cache_type_v
         self._core = _core.CoreEngine(model._core, n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation)
         self._lock = threading.Lock()
+        self._native_cache: tuple[Sampling, _core.SamplingParams] | None = None
 
     # -- state -----------------------------------------------------------------------------
     @property
@@ -131,11 +132,17 @@ class Engine:
     def set_seed(self, seed: int) -> None:
         self._core.set_seed(seed)
 
+    def _native_params(self, s: Sampling) -> _core.SamplingParams:
+        # Sampling is immutable, so the native copy of the last one can be reused every step
+        if self._native_cache is None or self._native_cache[0] is not s:
+            self._native_cache = (s, _native(s))
+        return self._native_cache[1]
+
     def step(self, sampling: Sampling | None = None) -> StepResult:
         """Commit the next token(s) from the current logits and evaluate them."""
-        s = sampling or Sampling()
+        s = sampling or _GREEDY
         with self._lock:
-            toks, prov, n_drafted, n_accepted, sample_ms, decode_ms = self._core.step(_native(s))
+            toks, prov, n_drafted, n_accepted, sample_ms, decode_ms = self._core.step(self._native_params(s))
         return StepResult(toks, [p == 1 for p in prov], n_drafted, n_accepted, sample_ms, decode_ms)
 
     def truncate(self, n: int) -> None:
@@ -193,6 +200,9 @@ class Engine:
                     return
         except GenerationCancelled:
             yield StepResult([], [], text="", finish_reason="cancelled")
+
+
+_GREEDY = Sampling()
 
 
 def _native(s: Sampling) -> _core.SamplingParams:

@@ -6,7 +6,7 @@ import dataclasses
 import secrets
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Sampling:
     """How the next token is chosen. temperature 0 is greedy (deterministic, no seed needed).
 

@@ -157,22 +157,21 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all) {
 
     const int32_t n_out = int32_t(g.logits->ne[1]);
     const size_t n_vocab = size_t(m_.hp.n_vocab);
-    std::vector<float> out(n_vocab * static_cast<size_t>(n_out));
-    ggml_backend_tensor_get(g.logits, out.data(), 0, out.size() * sizeof(float));
-    for (float v : out) {
-        if (!std::isfinite(v)) {
+    // Rows go straight into the host logits (appended when every position is kept).
+    const size_t offset = logits_all ? logits_.size() : 0;
+    logits_.resize(offset + n_vocab * size_t(n_out));
+    float * out = logits_.data() + offset;
+    ggml_backend_tensor_get(g.logits, out, 0, n_vocab * size_t(n_out) * sizeof(float));
+    for (size_t i = 0; i < n_vocab * size_t(n_out); ++i) {
+        if (!std::isfinite(out[i])) {
+            logits_.resize(offset);
+            if (!logits_all) n_logit_rows_ = 0;
             throw Error(LUCE_ERR_COMPUTE, "the model produced non-finite logits (NaN/Inf) at position " + std::to_string(n_past) +
                                               "; the weights or the KV cache type may be unsuitable");
         }
     }
     tokens_.insert(tokens_.end(), toks, toks + n);
-    if (logits_all) {
-        logits_.insert(logits_.end(), out.begin(), out.end());
-        n_logit_rows_ += n_out;
-    } else {
-        logits_.swap(out);
-        n_logit_rows_ = 1;
-    }
+    n_logit_rows_ = logits_all ? n_logit_rows_ + n_out : 1;
 }
 
 void Engine::prefill(const int32_t * toks, int32_t n, bool logits_all, luce_progress_cb cb, void * ud) {
