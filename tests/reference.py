@@ -6,8 +6,6 @@ every layer to the same GPU so both sides run the same ggml kernels.
 from __future__ import annotations
 
 import os
-from pathlib import Path
-
 import numpy as np
 
 DEVICE = os.environ.get("LUCE_TEST_DEVICE", "cpu")

