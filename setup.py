@@ -76,7 +76,6 @@ def extensions():
 setup(
     package_dir={"luce_engine": "engine", "luce_tui": "luce_tui", "luce_sessions": "sessions"},
     packages=["luce_engine", "luce_tui", "luce_sessions"],
-    package_data={"luce_engine": ["native/include/*.h"]},
     ext_modules=extensions(),
     cmdclass={"build_ext": CMakeBuildExt},
 )
