@@ -205,3 +205,28 @@ def test_stop_strings_and_eos(smol):
     p = tok.encode("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
     results = list(eng.generate(p, max_tokens=200))
     assert results[-1].finish_reason == "eos" and "<|im_end|>" not in "".join(r.text for r in results)
+
+
+def test_cancel_inside_one_long_micro_batch(smol):
+    """On the CPU a cancel also stops a running graph, not only between micro-batches."""
+    if DEVICE != "cpu":
+        pytest.skip("mid-graph abort is a CPU-backend feature")
+    eng = Engine(smol, n_ctx=4096, n_batch=4096)
+    errors = []
+
+    def worker():
+        try:
+            eng.prefill(list(range(1000, 4000)))   # one graph of 3000 tokens: seconds on a CPU
+        except GenerationCancelled as exc:
+            errors.append(exc)
+
+    th = threading.Thread(target=worker)
+    th.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    eng.cancel()
+    th.join(timeout=30)
+    assert errors and time.monotonic() - t0 < 1.0
+    assert eng.n_past == 0
+    eng.prefill([1000, 1001, 1002])   # still usable
+    eng.step()

@@ -184,7 +184,8 @@ LUCE_API luce_status luce_engine_step(luce_engine * engine, const luce_sampling_
 LUCE_API luce_status luce_engine_truncate(luce_engine * engine, int32_t n);
 
 // Sets the cancel flag: a running or next prefill/step returns LUCE_ERR_CANCELLED at the next
-// graph boundary. The flag is cleared when that call returns.
+// graph boundary (on the CPU backend also between the nodes of a running graph). The flag is
+// cleared when that call returns; the context keeps every token committed before it.
 LUCE_API void luce_engine_cancel(luce_engine * engine);
 // Clears a pending cancel (call before starting new work so a stale request does not stop it).
 LUCE_API void luce_engine_clear_cancel(luce_engine * engine);

@@ -62,6 +62,15 @@ void set_backend_threads(ggml_backend_t backend, int n_threads) {
     if (fn) fn(backend, n_threads);
 }
 
+void set_backend_abort(ggml_backend_t backend, ggml_abort_callback callback, void * data) {
+    ggml_backend_dev_t dev = ggml_backend_get_device(backend);
+    ggml_backend_reg_t reg = dev ? ggml_backend_dev_backend_reg(dev) : nullptr;
+    if (!reg) return;
+    using set_abort_t = void (*)(ggml_backend_t, ggml_abort_callback, void *);
+    auto fn = (set_abort_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_abort_callback");
+    if (fn) fn(backend, callback, data);
+}
+
 int default_thread_count() {
     unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     // ggml's CPU threads spin at barriers: if one of them loses its core to another process

@@ -11,6 +11,8 @@ ggml_backend_dev_t select_device(const std::string & spec);   // throws LUCE_ERR
 bool device_is_cpu(ggml_backend_dev_t dev);
 std::string list_devices();                                   // "CPU, CUDA0" for messages
 void set_backend_threads(ggml_backend_t backend, int n_threads);
+// Lets a backend stop a graph midway when callback(data) returns true (the CPU backend supports it).
+void set_backend_abort(ggml_backend_t backend, ggml_abort_callback callback, void * data);
 int default_thread_count();
 
 } // namespace luce

@@ -80,6 +80,10 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
         backends.push_back(cpu_backend_);
     }
 
+    // A cancel also stops a CPU graph between its nodes, so a long micro-batch ends promptly.
+    auto abort_cb = [](void * flag) { return static_cast<std::atomic<bool> *>(flag)->load(); };
+    set_backend_abort(cpu_backend_ ? cpu_backend_ : backend_, abort_cb, &cancel_);
+
     kv_.allocate(m_, params_.n_ctx, cache_ggml_type(params_.type_k), cache_ggml_type(params_.type_v), params_.kv_rotation);
     sched_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), graph_max_nodes(m_), false, true);
     if (!sched_) throw Error(LUCE_ERR_DEVICE, "cannot create the graph scheduler");
@@ -151,7 +155,13 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all) {
     }
     ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
 
-    if (ggml_backend_sched_graph_compute(sched_, g.gf) != GGML_STATUS_SUCCESS) {
+    const ggml_status status = ggml_backend_sched_graph_compute(sched_, g.gf);
+    if (status == GGML_STATUS_ABORTED) {
+        // Nothing is committed: cells written past the context stay hidden by the mask.
+        cancel_.store(false);
+        throw Error(LUCE_ERR_CANCELLED, "cancelled");
+    }
+    if (status != GGML_STATUS_SUCCESS) {
         throw Error(LUCE_ERR_COMPUTE, "graph computation failed on " + m_.device_name);
     }
 
