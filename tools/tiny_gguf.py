@@ -1,10 +1,17 @@
-"""Tiny random-weight GGUF models (llama / qwen3) for tests.
+"""Tiny random-weight GGUF models (llama / qwen3 / qwen35) for tests.
 
 The files use the real GGUF layout of GGUF-ARCHS.md §1.1/§1.3/§1.4/§5, so llama.cpp
 (llama-cpp-python) loads them, but weights are random and small (defaults: 60-530 KB;
 with a 49k-token tokenizer_from vocab a few MB).
 
     write_tiny_gguf(path, TinyConfig(arch="qwen3", head_dim=32, weight_type="q8_0"))
+    write_tiny_gguf(path, TinyConfig(arch="qwen35", n_layer=4, head_dim=32, mtp=True))
+
+qwen35 is the Qwen3.5/3.6 hybrid of GGUF-ARCHS.md §1.2: Gated DeltaNet layers and gated
+full-attention layers (layer i is full attention iff (i+1) % full_attention_interval == 0),
+partial IMROPE rotary (n_rot, default head_dim // 4), optional MTP block appended.
+It needs n_layer >= full_attention_interval (default 4): llama.cpp aborts on a qwen35 model
+without any full-attention layer.
     write_bad_gguf(path, "missing_tensor")
 
 Broken files written by write_bad_gguf (BAD_DETAILS[kind] is a substring that an error
@@ -25,6 +32,7 @@ message about the file should contain):
 
 CLI: python -m tools.tiny_gguf --arch qwen3 --out /tmp/x.gguf [--seed N]
      [--weight-type q8_0] [--tokenizer-from PATH] [--tied] [--bad KIND]
+     (qwen35: [--n-layer 4] [--head-dim 32] [--mtp])
 """
 from __future__ import annotations
 
@@ -39,7 +47,7 @@ import gguf
 from gguf import GGMLQuantizationType as QT
 from gguf import GGUFValueType as VT
 
-ARCHS = ("llama", "qwen3")
+ARCHS = ("llama", "qwen3", "qwen35")
 BAD_KINDS = ("truncated", "wrong_magic", "unknown_arch", "missing_tensor", "wrong_shape",
              "text_file", "missing_key", "bad_tensor_type")
 BAD_DETAILS = {
@@ -64,13 +72,13 @@ WEIGHT_TYPES = {
 
 @dataclass
 class TinyConfig:
-    arch: str = "llama"            # "llama" or "qwen3"
+    arch: str = "llama"            # "llama", "qwen3" or "qwen35"
     n_vocab: int = 256             # ignored when tokenizer_from is given
     n_embd: int = 64
-    n_layer: int = 2
+    n_layer: int = 2               # trunk layers (qwen35: the MTP block comes on top)
     n_head: int = 4
     n_head_kv: int = 2
-    head_dim: int = 16             # key_length = value_length = rope.dimension_count
+    head_dim: int = 16             # key_length = value_length (and rope.dimension_count, not for qwen35)
     n_ff: int = 128
     n_ctx_train: int = 2048
     rope_freq_base: float = 10000.0
@@ -79,6 +87,30 @@ class TinyConfig:
     weight_type: str = "f32"       # f32 / f16 / q8_0 / q4_0 for 2-D matrices; norms stay f32
     seed: int = 0
     tokenizer_from: str | None = None  # copy tokenizer.* keys from this GGUF
+    # ---- qwen35 only (ignored by llama / qwen3) ----
+    ssm_state: int = 16            # S = head_k_dim = head_v_dim of the DeltaNet layers
+    ssm_groups: int = 2            # Hk, DeltaNet key heads
+    ssm_heads: int = 4             # Hv, DeltaNet value heads (multiple of Hk)
+    ssm_conv: int = 4              # Kc, causal conv kernel
+    full_attention_interval: int = 4   # layer i is full attention iff (i+1) % interval == 0
+    n_rot: int | None = None       # rotary dims; None -> head_dim // 4 (partial rotary 0.25)
+    rope_sections: tuple | None = None  # IMROPE sections (4 ints, sum n_rot/2); None -> 11:11:10:0 scaled
+    mtp: bool = False              # append one MTP (nextn) block as layer n_layer
+    write_recurrent_layers: bool = True  # write {arch}.attention.recurrent_layers (else the interval decides)
+
+    # derived qwen35 values (GGUF-ARCHS.md §1.2)
+    def rot(self) -> int:
+        return self.n_rot if self.n_rot is not None else self.head_dim // 4
+
+    def sections(self) -> tuple:
+        if self.rope_sections is not None:
+            return tuple(self.rope_sections)
+        half = self.rot() // 2  # converter default [11, 11, 10, 0] (sum 32) scaled to half
+        a = round(half * 11 / 32)
+        return (a, a, half - 2 * a, 0)
+
+    def is_recurrent(self, i: int) -> bool:  # MTP layers (i >= n_layer) are never recurrent
+        return i < self.n_layer and (i + 1) % self.full_attention_interval != 0
 
 
 class _Writer(gguf.GGUFWriter):
@@ -231,6 +263,93 @@ def _tensors(cfg: TinyConfig, n_vocab: int) -> list[tuple[str, np.ndarray, bool]
     return out
 
 
+def _tensors_qwen35(cfg: TinyConfig, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
+    """qwen35 tensors (GGUF-ARCHS.md §1.2), same conventions and scales as _tensors, plus:
+    * every *norm.weight is ~1 (the converter's "+1" is baked in, §1.1.4); ssm_norm has no
+      +1 but HF initialises it to ones, so it is ~1 as well;
+    * DeltaNet: conv taps small except the current-token tap (~0.8) so the conv keeps its
+      input scale; ssm_a = -A with A in [0.05, 0.6] and softplus(alpha + dt_bias) ~ 0.7, so
+      the per-token decay exp(g) lies in ~(0.6, 0.97); beta = sigmoid(~N(0, 0.5)) ~ 0.5.
+      The delta rule with L2-normalised keys and beta < 1 keeps the state bounded;
+    * attn_q rows are [q_h | gate_h] per head (2*Hq*D outputs); with random weights the
+      split is only a matter of naming, and so is the tiled V-head order of the DeltaNet;
+    * the MTP block is drawn last and appended after output.weight, so mtp=True adds tensors
+      but leaves every other tensor of the same seed unchanged."""
+    rng = np.random.default_rng(cfg.seed)
+    E, F, D = cfg.n_embd, cfg.n_ff, cfg.head_dim
+    S, Hk, Hv, Kc = cfg.ssm_state, cfg.ssm_groups, cfg.ssm_heads, cfg.ssm_conv
+    q_dim, kv_dim = cfg.n_head * D, cfg.n_head_kv * D
+    Di, C = Hv * S, 2 * Hk * S + Hv * S
+    depth = 1.0 / np.sqrt(2 * cfg.n_layer)
+    emb = 0.1 if cfg.tied_output else np.sqrt(E)
+
+    def mat(n_in, n_out, scale=1.0):  # ggml ne [n_in, n_out]
+        return (rng.standard_normal((n_out, n_in)) * (scale / np.sqrt(n_in))).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    def attention(p):  # gated full attention (trunk layer or MTP block)
+        return [
+            (p + "attn_q.weight", mat(E, 2 * q_dim), True),
+            (p + "attn_k.weight", mat(E, kv_dim), True),
+            (p + "attn_v.weight", mat(E, kv_dim), True),
+            (p + "attn_output.weight", mat(q_dim, E, depth), True),
+            (p + "attn_q_norm.weight", norm(D), False),
+            (p + "attn_k_norm.weight", norm(D), False),
+        ]
+
+    def deltanet(p):
+        conv = 0.2 / np.sqrt(Kc) * rng.standard_normal((C, Kc))  # numpy (C, Kc) = ne [Kc, C]
+        conv[:, -1] += 0.8                                        # tap Kc-1 = current token
+        a = rng.uniform(0.05, 0.6, Hv)                            # A = exp(A_log)
+        return [
+            (p + "attn_qkv.weight", mat(E, C), True),
+            (p + "attn_gate.weight", mat(E, Di), True),
+            (p + "ssm_beta.weight", mat(E, Hv, 0.5), True),
+            (p + "ssm_alpha.weight", mat(E, Hv, 0.3), True),
+            (p + "ssm_dt.bias", (0.1 * rng.standard_normal(Hv)).astype(np.float32), False),
+            (p + "ssm_a", (-a).astype(np.float32), False),        # stored as -exp(A_log)
+            (p + "ssm_conv1d.weight", conv.astype(np.float32), False),
+            (p + "ssm_norm.weight", norm(S), False),
+            (p + "ssm_out.weight", mat(Di, E, depth), True),
+        ]
+
+    def ffn(p):
+        return [
+            (p + "ffn_gate.weight", mat(E, F), True),
+            (p + "ffn_up.weight", mat(E, F), True),
+            (p + "ffn_down.weight", mat(F, E, depth), True),
+        ]
+
+    out = [("token_embd.weight", mat(E, n_vocab, emb), True)]
+    for i in range(cfg.n_layer):
+        p = f"blk.{i}."
+        out.append((p + "attn_norm.weight", norm(E), False))
+        out += deltanet(p) if cfg.is_recurrent(i) else attention(p)
+        out.append((p + "post_attention_norm.weight", norm(E), False))  # pre-FFN norm
+        out += ffn(p)
+    head_norm = 1.0 / emb if cfg.tied_output else 1.0  # see _tensors (tied: x10)
+    out.append(("output_norm.weight", norm(E) * head_norm, False))
+    if not cfg.tied_output:
+        tok = out[0][1]
+        head = mat(E, n_vocab) - 0.3 * tok / np.linalg.norm(tok, axis=1, keepdims=True)
+        out.append(("output.weight", head.astype(np.float32), True))
+    if cfg.mtp:  # MTP block = full-attention layer + nextn.* (embed_tokens/shared_head_head omitted)
+        p = f"blk.{cfg.n_layer}."
+        out.append((p + "attn_norm.weight", norm(E), False))
+        out += attention(p)
+        out.append((p + "post_attention_norm.weight", norm(E), False))
+        out += ffn(p)
+        out += [
+            (p + "nextn.eh_proj.weight", mat(2 * E, E), True),   # input [embedding ; hidden]
+            (p + "nextn.enorm.weight", norm(E), False),
+            (p + "nextn.hnorm.weight", norm(E), False),
+            (p + "nextn.shared_head_norm.weight", norm(E) * head_norm, False),
+        ]
+    return out
+
+
 def _encode(arr: np.ndarray, qtype: QT) -> np.ndarray:
     if qtype == QT.F32:
         return arr
@@ -246,9 +365,24 @@ def _check(cfg: TinyConfig) -> None:
         raise ValueError(f"weight_type must be one of {tuple(WEIGHT_TYPES)}, got {cfg.weight_type!r}")
     if cfg.n_head % cfg.n_head_kv:
         raise ValueError("n_head must be a multiple of n_head_kv")
+    fan_ins = [("n_embd", cfg.n_embd), ("n_head*head_dim", cfg.n_head * cfg.head_dim), ("n_ff", cfg.n_ff)]
+    if cfg.arch == "qwen35":
+        if cfg.ssm_heads % cfg.ssm_groups:
+            raise ValueError("ssm_heads (Hv) must be a multiple of ssm_groups (Hk)")
+        rot, sec = cfg.rot(), cfg.sections()
+        if rot % 2 or not 0 < rot <= cfg.head_dim:
+            raise ValueError(f"n_rot={rot} must be even and in (0, head_dim]")
+        if len(sec) != 4 or sum(sec) != rot // 2:
+            raise ValueError(f"rope_sections {sec} must be 4 ints summing to n_rot/2 = {rot // 2}")
+        if all(cfg.is_recurrent(i) for i in range(cfg.n_layer)):
+            # llama.cpp then builds a KV cache without layers and aborts in the first decode
+            # (GGML_ASSERT(buffer) in ggml-backend.cpp), so refuse rather than crash a test
+            raise ValueError(f"qwen35 needs a full-attention layer: n_layer={cfg.n_layer} < "
+                             f"full_attention_interval={cfg.full_attention_interval}")
+        fan_ins.append(("ssm_heads*ssm_state", cfg.ssm_heads * cfg.ssm_state))
     if cfg.weight_type in ("q8_0", "q4_0"):
         # quantized rows are 32-element blocks along ne0 (= fan_in of every matrix)
-        for name, n in (("n_embd", cfg.n_embd), ("n_head*head_dim", cfg.n_head * cfg.head_dim), ("n_ff", cfg.n_ff)):
+        for name, n in fan_ins:
             if n % 32:
                 raise ValueError(f"{name}={n} must be a multiple of 32 for {cfg.weight_type}")
 
@@ -264,34 +398,57 @@ def _write(path, cfg: TinyConfig, *, arch_name: str | None = None, skip_key: str
                                            os.path.getmtime(cfg.tokenizer_from))
     else:
         n_vocab = cfg.n_vocab
-        tok_kvs = _byte_tokenizer(n_vocab, "qwen2" if cfg.arch == "qwen3" else "smollm")
+        tok_kvs = _byte_tokenizer(n_vocab, {"qwen3": "qwen2", "qwen35": "qwen35"}.get(cfg.arch, "smollm"))
     qtype, ftype = WEIGHT_TYPES[cfg.weight_type]
 
     w = _Writer(str(path), arch)
+    qwen35 = cfg.arch == "qwen35"
+    n_layer_all = cfg.n_layer + (1 if qwen35 and cfg.mtp else 0)
     kvs = [
         ("general.name", f"tiny-{cfg.arch}", VT.STRING),
         (f"{arch}.context_length", cfg.n_ctx_train, VT.UINT32),
         (f"{arch}.embedding_length", cfg.n_embd, VT.UINT32),
-        (f"{arch}.block_count", cfg.n_layer, VT.UINT32),
+        (f"{arch}.block_count", n_layer_all, VT.UINT32),
         (f"{arch}.feed_forward_length", cfg.n_ff, VT.UINT32),
         (f"{arch}.attention.head_count", cfg.n_head, VT.UINT32),
         (f"{arch}.attention.head_count_kv", cfg.n_head_kv, VT.UINT32),
         (f"{arch}.attention.key_length", cfg.head_dim, VT.UINT32),
         (f"{arch}.attention.value_length", cfg.head_dim, VT.UINT32),
-        (f"{arch}.rope.dimension_count", cfg.head_dim, VT.UINT32),
+        (f"{arch}.rope.dimension_count", cfg.rot() if qwen35 else cfg.head_dim, VT.UINT32),
         (f"{arch}.rope.freq_base", cfg.rope_freq_base, VT.FLOAT32),
         (f"{arch}.attention.layer_norm_rms_epsilon", cfg.rms_eps, VT.FLOAT32),
         (f"{arch}.vocab_size", n_vocab, VT.UINT32),
         ("general.file_type", int(ftype), VT.UINT32),
         ("general.quantization_version", gguf.GGML_QUANT_VERSION, VT.UINT32),
     ]
-    for key, val, vt in kvs:
+    if qwen35:  # GGUF-ARCHS.md §1.2 (all but recurrent_layers / interval / nextn are required)
+        S, Hv = cfg.ssm_state, cfg.ssm_heads
+        kvs += [
+            (f"{arch}.rope.dimension_sections", list(cfg.sections()), VT.ARRAY, VT.INT32),
+            (f"{arch}.ssm.conv_kernel", cfg.ssm_conv, VT.UINT32),
+            (f"{arch}.ssm.inner_size", Hv * S, VT.UINT32),
+            (f"{arch}.ssm.state_size", S, VT.UINT32),
+            (f"{arch}.ssm.time_step_rank", Hv, VT.UINT32),
+            (f"{arch}.ssm.group_count", cfg.ssm_groups, VT.UINT32),
+            (f"{arch}.full_attention_interval", cfg.full_attention_interval, VT.UINT32),
+        ]
+        if cfg.write_recurrent_layers:  # false for the MTP layer too, as the converter writes it
+            kvs.append((f"{arch}.attention.recurrent_layers",
+                        [cfg.is_recurrent(i) for i in range(n_layer_all)], VT.ARRAY, VT.BOOL))
+        if cfg.mtp:
+            kvs.append((f"{arch}.nextn_predict_layers", 1, VT.UINT32))
+    for key, val, vt, *sub in kvs:
         if key != skip_key:
-            w.add_key_value(key, val, vt)
+            w.add_key_value(key, val, vt, sub_type=sub[0] if sub else None)
     for key, val, vt, sub in tok_kvs:
         w.add_key_value(key, val, vt, sub_type=sub)
 
-    for name, arr, is_matrix in _tensors(cfg, n_vocab):
+    tensors = (_tensors_qwen35 if qwen35 else _tensors)(cfg, n_vocab)
+    names = {t[0] for t in tensors}
+    for hook in (skip_tensor, bad_shape, int_tensor):  # a defect must not silently miss
+        if hook is not None and hook not in names:
+            raise ValueError(f"{hook} is not a tensor of this config")
+    for name, arr, is_matrix in tensors:
         if name == skip_tensor:
             continue
         if name == bad_shape:  # one extra output row -> ne1 off by one
@@ -366,10 +523,16 @@ def main(argv=None) -> None:
     ap.add_argument("--weight-type", choices=tuple(WEIGHT_TYPES), default="f32")
     ap.add_argument("--tokenizer-from", default=None)
     ap.add_argument("--tied", action="store_true")
+    ap.add_argument("--n-layer", type=int, default=None)
+    ap.add_argument("--head-dim", type=int, default=None)
+    ap.add_argument("--mtp", action="store_true", help="qwen35: append an MTP block")
     ap.add_argument("--bad", choices=BAD_KINDS, default=None, help="write a broken file of this kind")
     a = ap.parse_args(argv)
+    if a.arch == "qwen35" and a.n_layer is None:
+        a.n_layer = 4  # 3 DeltaNet layers + 1 full-attention layer
+    extra = {k: v for k, v in (("n_layer", a.n_layer), ("head_dim", a.head_dim)) if v is not None}
     cfg = TinyConfig(arch=a.arch, seed=a.seed, weight_type=a.weight_type,
-                     tokenizer_from=a.tokenizer_from, tied_output=a.tied)
+                     tokenizer_from=a.tokenizer_from, tied_output=a.tied, mtp=a.mtp, **extra)
     out = write_bad_gguf(a.out, a.bad, cfg) if a.bad else write_tiny_gguf(a.out, cfg)
     print(f"{out} ({os.path.getsize(out)} bytes)")
 
