@@ -90,11 +90,3 @@ def test_unknown_device(tmp_path):
     with pytest.raises(DeviceError, match="available: .*CPU"):
         Model(good, device="cuda:7")
 
-
-def test_architecture_not_yet_supported_is_named(tmp_path):
-    """A valid qwen35 file (the hybrid target of the next issue) is refused by name, not crashed on."""
-    from luce_engine import Model, UnsupportedModelError
-
-    path = write_tiny_gguf(tmp_path / "q35.gguf", TinyConfig(arch="qwen35", n_layer=4))
-    with pytest.raises(UnsupportedModelError, match="unsupported architecture 'qwen35'"):
-        Model(path, device="cpu")

@@ -230,3 +230,47 @@ def test_cancel_inside_one_long_micro_batch(smol):
     assert eng.n_past == 0
     eng.prefill([1000, 1001, 1002])   # still usable
     eng.step()
+
+
+@pytest.fixture(scope="module")
+def hybrid_model(tmp_path_factory):
+    path = write_tiny_gguf(tmp_path_factory.mktemp("h") / "q35.gguf",
+                           TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=32, seed=3))
+    return Model(path, device=DEVICE, n_threads=THREADS)
+
+
+def test_hybrid_chunked_prefill_carries_recurrent_state(hybrid_model):
+    """DeltaNet conv window and state carry across micro-batches exactly like one long batch."""
+    toks = prompt(200, 4)
+    whole = Engine(hybrid_model, n_ctx=512, n_batch=512)
+    whole.prefill(toks, logits_all=True)
+    chunked = Engine(hybrid_model, n_ctx=512, n_batch=48)
+    chunked.prefill(toks, logits_all=True)
+    assert_logits_close(chunked.all_logits(), whole.all_logits())
+
+
+def test_hybrid_truncate_recomputes_state(hybrid_model):
+    a, b, c = prompt(30, 5), prompt(20, 6), prompt(25, 7)
+    eng = Engine(hybrid_model, n_ctx=256)
+    eng.prefill(a + b)
+    eng.truncate(len(a))
+    eng.prefill(c, logits_all=True)
+    fresh = Engine(hybrid_model, n_ctx=256)
+    fresh.prefill(a + c, logits_all=True)
+    assert_logits_close(eng.all_logits(), fresh.all_logits()[len(a):])
+    assert [eng.step().tokens[0] for _ in range(8)] == [fresh.step().tokens[0] for _ in range(8)]
+
+
+def test_hybrid_cancelled_generation_leaves_consistent_state(hybrid_model):
+    eng = Engine(hybrid_model, n_ctx=512)
+    got = []
+    for r in eng.generate(prompt(10, 8), max_tokens=400, stop_token_ids=[]):
+        got.extend(r.tokens)
+        if len(got) == 30 and r.tokens:
+            eng.cancel()
+    assert r.finish_reason == "cancelled"
+    assert len(got) == 30 and eng.n_past == 40
+    context = eng.tokens
+    fresh = Engine(hybrid_model, n_ctx=512)
+    fresh.prefill(context)
+    assert [eng.step().tokens[0] for _ in range(6)] == [fresh.step().tokens[0] for _ in range(6)]

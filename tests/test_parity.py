@@ -18,6 +18,11 @@ TINY_CONFIGS = {
                         rope_freq_base=1e6, seed=3),
     "qwen3-tied": TinyConfig(arch="qwen3", n_vocab=300, n_embd=64, n_layer=2, n_head=2, n_head_kv=1, head_dim=64,
                              tied_output=True, seed=4),
+    # hybrid: DeltaNet + gated attention, partial IMROPE; an MTP block in the file is skipped
+    "qwen35": TinyConfig(arch="qwen35", n_vocab=512, n_embd=64, n_layer=4, head_dim=32, seed=1, mtp=True),
+    "qwen35-tied": TinyConfig(arch="qwen35", n_vocab=400, n_layer=6, full_attention_interval=3, n_head=2, n_head_kv=1,
+                              head_dim=64, ssm_groups=1, ssm_heads=4, tied_output=True, write_recurrent_layers=False,
+                              seed=2),
 }
 
 

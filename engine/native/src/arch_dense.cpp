@@ -6,7 +6,7 @@
 
 namespace luce {
 
-static void load_common(const GgufFile & f, HParams & hp) {
+static void load_common(const GgufFile & f, HParams & hp, bool partial_rope = false) {
     const std::string a = hp.arch + ".";
     hp.n_ctx_train = int(f.u32(a + "context_length"));
     hp.n_embd      = int(f.u32(a + "embedding_length"));
@@ -25,7 +25,7 @@ static void load_common(const GgufFile & f, HParams & hp) {
     const int v_dim = int(f.u32_opt(a + "attention.value_length", uint32_t(hp.head_dim)));
     if (v_dim != hp.head_dim) f.fail(LUCE_ERR_UNSUPPORTED, "attention.value_length differs from key_length");
     hp.n_rot = int(f.u32_opt(a + "rope.dimension_count", uint32_t(hp.head_dim)));
-    if (hp.n_rot != hp.head_dim) {
+    if (partial_rope ? (hp.n_rot <= 0 || hp.n_rot > hp.head_dim || hp.n_rot % 2) : hp.n_rot != hp.head_dim) {
         f.fail(LUCE_ERR_UNSUPPORTED, "rope.dimension_count (" + std::to_string(hp.n_rot) + ") must equal the head size (" +
                                          std::to_string(hp.head_dim) + ") for " + hp.arch);
     }
@@ -38,6 +38,8 @@ static void load_common(const GgufFile & f, HParams & hp) {
     hp.rope_freq_scale = (factor == 0.0f || scaling == "none") ? 1.0f : 1.0f / factor;
     hp.rms_eps = f.f32(a + "attention.layer_norm_rms_epsilon");
 }
+
+void load_dense_common(const GgufFile & f, HParams & hp, bool partial_rope) { load_common(f, hp, partial_rope); }
 
 void llama_load_hparams(const GgufFile & f, HParams & hp) {
     load_common(f, hp);

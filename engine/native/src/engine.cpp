@@ -81,8 +81,9 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
     }
 
     // A cancel also stops a CPU graph between its nodes, so a long micro-batch ends promptly.
+    // Not for hybrid models: an aborted graph may have updated some layers' recurrent state.
     auto abort_cb = [](void * flag) { return static_cast<std::atomic<bool> *>(flag)->load(); };
-    set_backend_abort(cpu_backend_ ? cpu_backend_ : backend_, abort_cb, &cancel_);
+    if (!m_.hp.hybrid()) set_backend_abort(cpu_backend_ ? cpu_backend_ : backend_, abort_cb, &cancel_);
 
     kv_.allocate(m_, params_.n_ctx, cache_ggml_type(params_.type_k), cache_ggml_type(params_.type_v), params_.kv_rotation);
     sched_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), graph_max_nodes(m_), false, true);
@@ -98,7 +99,7 @@ Engine::~Engine() {
 }
 
 void Engine::reserve_worst_case() {
-    auto g = build_dense_graph(m_, kv_, {params_.n_batch, kv_.n_ctx, false});
+    auto g = build_graph(m_, kv_, {params_.n_batch, kv_.n_ctx, false});
     if (!ggml_backend_sched_reserve(sched_, g->gf)) {
         throw Error(LUCE_ERR_MEMORY, "cannot reserve compute buffers on " + m_.device_name +
                                          "; lower --max-ctx or the prefill batch");
@@ -124,7 +125,7 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all) {
     GraphShape shape{n, std::min(kv_.n_ctx, round_up(n_past + n, kCtxPad)), logits_all && n > 1};
     if (!graph_ || !(graph_->shape == shape)) {
         graph_.reset();
-        graph_ = build_dense_graph(m_, kv_, shape);
+        graph_ = build_graph(m_, kv_, shape);
         ggml_backend_sched_reset(sched_);
         if (!ggml_backend_sched_alloc_graph(sched_, graph_->gf)) {
             graph_.reset();
@@ -136,9 +137,14 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all) {
     }
 
     ForwardGraph & g = *graph_;
-    std::vector<int32_t> pos(static_cast<size_t>(n));
+    // Positions: one per token, or M-RoPE's four blocks (t, h, w = position; e = 0) for text.
+    const size_t n_pos_blocks = size_t(ggml_nelements(g.pos) / n);
+    std::vector<int32_t> pos(static_cast<size_t>(n) * n_pos_blocks, 0);
     std::vector<int64_t> rows(static_cast<size_t>(n));
-    for (int32_t i = 0; i < n; ++i) { pos[size_t(i)] = n_past + i; rows[size_t(i)] = n_past + i; }
+    for (int32_t i = 0; i < n; ++i) {
+        rows[size_t(i)] = n_past + i;
+        for (size_t b = 0; b < std::min<size_t>(n_pos_blocks, 3); ++b) pos[b * size_t(n) + size_t(i)] = n_past + i;
+    }
     ggml_backend_tensor_set(g.tokens, toks, 0, size_t(n) * sizeof(int32_t));
     ggml_backend_tensor_set(g.pos, pos.data(), 0, pos.size() * sizeof(int32_t));
     ggml_backend_tensor_set(g.kv_idx, rows.data(), 0, rows.size() * sizeof(int64_t));
@@ -156,6 +162,7 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all) {
     ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
 
     const ggml_status status = ggml_backend_sched_graph_compute(sched_, g.gf);
+    if (status != GGML_STATUS_SUCCESS && m_.hp.hybrid() && !replaying_) replay_context();
     if (status == GGML_STATUS_ABORTED) {
         // Nothing is committed: cells written past the context stay hidden by the mask.
         cancel_.store(false);
@@ -176,6 +183,7 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all) {
         if (!std::isfinite(out[i])) {
             logits_.resize(offset);
             if (!logits_all) n_logit_rows_ = 0;
+            if (m_.hp.hybrid() && !replaying_) replay_context();   // undo the recurrent states' advance
             throw Error(LUCE_ERR_COMPUTE, "the model produced non-finite logits (NaN/Inf) at position " + std::to_string(n_past) +
                                               "; the weights or the KV cache type may be unsuitable");
         }
@@ -262,6 +270,11 @@ void Engine::truncate(int32_t n) {
     tokens_.resize(size_t(n));
     logits_.clear();
     n_logit_rows_ = 0;
+    if (m_.hp.hybrid()) {
+        // Recurrent state cannot be rewound: recompute it from the start (checkpoints come later).
+        replay_context();
+        return;
+    }
     if (n > 0) {
         const int32_t last = tokens_.back();
         tokens_.pop_back();
@@ -272,6 +285,28 @@ void Engine::truncate(int32_t n) {
             throw;
         }
     }
+}
+
+void Engine::replay_context() {
+    std::vector<int32_t> context;
+    context.swap(tokens_);
+    kv_.clear_recurrent_state();
+    logits_.clear();
+    n_logit_rows_ = 0;
+    replaying_ = true;
+    try {
+        for (size_t done = 0; done < context.size();) {
+            const int32_t nb = int32_t(std::min<size_t>(size_t(params_.n_batch), context.size() - done));
+            eval(context.data() + done, nb, false);
+            done += size_t(nb);
+        }
+    } catch (...) {
+        replaying_ = false;
+        tokens_.clear();   // the state cannot be trusted: start over with an empty context
+        kv_.clear_recurrent_state();
+        throw;
+    }
+    replaying_ = false;
 }
 
 luce_stats Engine::stats() const {

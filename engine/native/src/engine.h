@@ -45,6 +45,9 @@ private:
     void eval(const int32_t * tokens, int32_t n, bool logits_all);
     void check_cancel();
     void reserve_worst_case();
+    // Hybrid models: recompute the recurrent state of the committed tokens from scratch.
+    void replay_context();
+    bool replaying_ = false;
 
     Model & m_;
     luce_engine_params params_;

@@ -134,6 +134,33 @@ std::string GgufFile::str_opt(const std::string & key, const std::string & fallb
     return gguf_get_val_str(gguf_, id);
 }
 
+std::vector<int64_t> GgufFile::int_array(const std::string & key) const {
+    const int64_t id = key_id(key);
+    if (gguf_get_kv_type(gguf_, id) != GGUF_TYPE_ARRAY) return {int64_t(integer_value(id, key))};
+    const size_t n = gguf_get_arr_n(gguf_, id);
+    const void * d = gguf_get_arr_data(gguf_, id);
+    std::vector<int64_t> out(n);
+    switch (gguf_get_arr_type(gguf_, id)) {
+        case GGUF_TYPE_INT32:  for (size_t i = 0; i < n; ++i) out[i] = static_cast<const int32_t *>(d)[i]; break;
+        case GGUF_TYPE_UINT32: for (size_t i = 0; i < n; ++i) out[i] = static_cast<const uint32_t *>(d)[i]; break;
+        case GGUF_TYPE_INT64:  for (size_t i = 0; i < n; ++i) out[i] = static_cast<const int64_t *>(d)[i]; break;
+        default: fail(LUCE_ERR_MODEL, "key " + key + " is not an integer array");
+    }
+    return out;
+}
+
+std::vector<bool> GgufFile::bool_array(const std::string & key) const {
+    const int64_t id = key_id(key);
+    if (gguf_get_kv_type(gguf_, id) != GGUF_TYPE_ARRAY || gguf_get_arr_type(gguf_, id) != GGUF_TYPE_BOOL) {
+        fail(LUCE_ERR_MODEL, "key " + key + " is not a bool array");
+    }
+    const size_t n = gguf_get_arr_n(gguf_, id);
+    const auto * d = static_cast<const int8_t *>(gguf_get_arr_data(gguf_, id));
+    std::vector<bool> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = d[i] != 0;
+    return out;
+}
+
 ggml_tensor * GgufFile::tensor_meta(const std::string & name) const {
     return ggml_get_tensor(meta_, name.c_str());
 }

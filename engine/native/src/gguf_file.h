@@ -30,6 +30,9 @@ public:
     float       f32_opt(const std::string & key, float fallback) const;
     bool        bool_opt(const std::string & key, bool fallback) const;
     std::string str_opt(const std::string & key, const std::string & fallback) const;
+    // Integer or bool arrays (a scalar integer reads as one element); throws naming the key.
+    std::vector<int64_t> int_array(const std::string & key) const;
+    std::vector<bool>    bool_array(const std::string & key) const;
 
     // Tensor metadata (no data); nullptr when absent.
     ggml_tensor * tensor_meta(const std::string & name) const;

@@ -34,6 +34,20 @@ struct ForwardGraph {
 };
 
 size_t graph_max_nodes(const Model & m);
+std::unique_ptr<ForwardGraph> build_graph(const Model & m, const KvCache & kv, GraphShape shape);
 std::unique_ptr<ForwardGraph> build_dense_graph(const Model & m, const KvCache & kv, GraphShape shape);
+std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const KvCache & kv, GraphShape shape);
+
+// Shared blocks (graph_dense.cpp)
+ggml_tensor * rms_norm_w(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps);
+ggml_tensor * linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * b = nullptr);
+ggml_tensor * swiglu_ffn(ggml_context * ctx, const LayerWeights & L, ggml_tensor * x);
+// Causal attention of the new tokens over the cache after writing their K/V. q [D, Hq, n]. Returns [D·Hq, n].
+ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv,
+                               const ForwardGraph & g, int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v);
+// Graph context, cgraph and the common inputs (positions: n_pos_per_token values per token).
+std::unique_ptr<ForwardGraph> new_forward_graph(const Model & m, GraphShape shape, int n_pos_per_token);
+// Final norm + LM head over the last row (or all rows), marked as the graph's output.
+void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, ggml_tensor * x);
 
 } // namespace luce

@@ -14,11 +14,11 @@ ForwardGraph::~ForwardGraph() {
 
 size_t graph_max_nodes(const Model & m) { return size_t(64) * m.hp.n_layer + 256; }
 
-static ggml_tensor * norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps) {
+ggml_tensor * rms_norm_w(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps) {
     return ggml_mul(ctx, ggml_rms_norm(ctx, x, eps), w);
 }
 
-static ggml_tensor * linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * b) {
+ggml_tensor * linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * b) {
     ggml_tensor * y = ggml_mul_mat(ctx, w, x);
     return b ? ggml_add(ctx, y, b) : y;
 }
@@ -41,7 +41,7 @@ static ggml_tensor * rope(ggml_context * ctx, const Model & m, ggml_tensor * x, 
 }
 
 // Self-attention of the new tokens over the cache, writing their K/V first. Returns [D·Hq, n].
-static ggml_tensor * attention(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv,
+ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv,
                                const ForwardGraph & g, int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
     const HParams & hp = m.hp;
     const int64_t D = hp.head_dim, Hkv = hp.n_head_kv, n = g.shape.n_tokens, n_kv = g.shape.n_kv;
@@ -65,54 +65,70 @@ static ggml_tensor * attention(ggml_context * ctx, ggml_cgraph * gf, const Model
     return o;
 }
 
-std::unique_ptr<ForwardGraph> build_dense_graph(const Model & m, const KvCache & kv, GraphShape shape) {
-    const HParams & hp = m.hp;
+ggml_tensor * swiglu_ffn(ggml_context * ctx, const LayerWeights & L, ggml_tensor * x) {
+    ggml_tensor * gate = linear(ctx, L.ffn_gate, x, L.ffn_gate_b);
+    ggml_tensor * up = linear(ctx, L.ffn_up, x, L.ffn_up_b);
+    return linear(ctx, L.ffn_down, ggml_swiglu_split(ctx, gate, up), L.ffn_down_b);
+}
+
+std::unique_ptr<ForwardGraph> new_forward_graph(const Model & m, GraphShape shape, int n_pos_per_token) {
     auto g = std::make_unique<ForwardGraph>();
     g->shape = shape;
     const size_t max_nodes = graph_max_nodes(m);
     ggml_init_params ip = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false), nullptr, true};
     g->ctx = ggml_init(ip);
-    ggml_context * ctx = g->ctx;
-    g->gf = ggml_new_graph_custom(ctx, max_nodes, false);
-    ggml_cgraph * gf = g->gf;
-    const int64_t n = shape.n_tokens, D = hp.head_dim;
-
-    g->tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
-    g->pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
-    g->kv_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
-    g->mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, shape.n_kv, n);
+    g->gf = ggml_new_graph_custom(g->ctx, max_nodes, false);
+    const int64_t n = shape.n_tokens;
+    g->tokens = ggml_new_tensor_1d(g->ctx, GGML_TYPE_I32, n);
+    g->pos = ggml_new_tensor_1d(g->ctx, GGML_TYPE_I32, n * n_pos_per_token);
+    g->kv_idx = ggml_new_tensor_1d(g->ctx, GGML_TYPE_I64, n);
+    g->mask = ggml_new_tensor_2d(g->ctx, GGML_TYPE_F16, shape.n_kv, n);
     for (ggml_tensor * t : {g->tokens, g->pos, g->kv_idx, g->mask}) ggml_set_input(t);
     ggml_set_name(g->tokens, "inp_tokens");
     ggml_set_name(g->pos, "inp_pos");
     ggml_set_name(g->kv_idx, "inp_kv_idx");
     ggml_set_name(g->mask, "inp_kq_mask");
+    return g;
+}
+
+void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, ggml_tensor * x) {
+    const int64_t n = g.shape.n_tokens;
+    if (!g.shape.logits_all && n > 1) x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], size_t(n - 1) * x->nb[1]);
+    x = rms_norm_w(ctx, x, m.output_norm, m.hp.rms_eps);
+    g.logits = ggml_mul_mat(ctx, m.output, x);
+    ggml_set_name(g.logits, "logits");
+    ggml_set_output(g.logits);
+    ggml_build_forward_expand(g.gf, g.logits);
+}
+
+std::unique_ptr<ForwardGraph> build_graph(const Model & m, const KvCache & kv, GraphShape shape) {
+    return m.hp.hybrid() ? build_qwen35_graph(m, kv, shape) : build_dense_graph(m, kv, shape);
+}
+
+std::unique_ptr<ForwardGraph> build_dense_graph(const Model & m, const KvCache & kv, GraphShape shape) {
+    const HParams & hp = m.hp;
+    auto g = new_forward_graph(m, shape, 1);
+    ggml_context * ctx = g->ctx;
+    ggml_cgraph * gf = g->gf;
+    const int64_t n = shape.n_tokens, D = hp.head_dim;
 
     ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, g->tokens);
     for (int il = 0; il < hp.n_layer; ++il) {
         const LayerWeights & L = m.layers[size_t(il)];
-        ggml_tensor * h = norm(ctx, x, L.attn_norm, hp.rms_eps);
+        ggml_tensor * h = rms_norm_w(ctx, x, L.attn_norm, hp.rms_eps);
         ggml_tensor * q = ggml_reshape_3d(ctx, linear(ctx, L.wq, h, L.bq), D, hp.n_head, n);
         ggml_tensor * k = ggml_reshape_3d(ctx, linear(ctx, L.wk, h, L.bk), D, hp.n_head_kv, n);
         ggml_tensor * v = ggml_reshape_3d(ctx, linear(ctx, L.wv, h, L.bv), D, hp.n_head_kv, n);
-        if (hp.qk_norm) q = norm(ctx, q, L.q_norm, hp.rms_eps);
+        if (hp.qk_norm) q = rms_norm_w(ctx, q, L.q_norm, hp.rms_eps);
         q = rope(ctx, m, q, g->pos);
-        if (hp.qk_norm) k = norm(ctx, k, L.k_norm, hp.rms_eps);
+        if (hp.qk_norm) k = rms_norm_w(ctx, k, L.k_norm, hp.rms_eps);
         k = rope(ctx, m, k, g->pos);
 
-        ggml_tensor * a = attention(ctx, gf, m, kv, *g, il, q, k, v);
+        ggml_tensor * a = cached_attention(ctx, gf, m, kv, *g, il, q, k, v);
         x = ggml_add(ctx, linear(ctx, L.wo, a, L.bo), x);
-
-        h = norm(ctx, x, L.ffn_norm, hp.rms_eps);
-        ggml_tensor * gate = linear(ctx, L.ffn_gate, h, L.ffn_gate_b);
-        ggml_tensor * up = linear(ctx, L.ffn_up, h, L.ffn_up_b);
-        x = ggml_add(ctx, linear(ctx, L.ffn_down, ggml_swiglu_split(ctx, gate, up), L.ffn_down_b), x);
+        x = ggml_add(ctx, swiglu_ffn(ctx, L, rms_norm_w(ctx, x, L.ffn_norm, hp.rms_eps)), x);
     }
-    if (!shape.logits_all && n > 1) x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], size_t(n - 1) * x->nb[1]);
-    x = norm(ctx, x, m.output_norm, hp.rms_eps);
-    g->logits = ggml_mul_mat(ctx, m.output, x);
-    ggml_set_name(g->logits, "logits");
-    ggml_set_output(g->logits);
-    ggml_build_forward_expand(gf, g->logits);
+    finish_logits(ctx, *g, m, x);
     return g;
 }
 

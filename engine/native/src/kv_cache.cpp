@@ -51,7 +51,15 @@ static std::vector<float> hadamard_matrix(int n) {
 
 uint64_t KvCache::bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv) {
     const int64_t row = int64_t(hp.head_dim) * hp.n_head_kv;
-    return uint64_t(hp.n_layer) * n_ctx * (ggml_row_size(tk, row) + ggml_row_size(tv, row));
+    uint64_t total = 0;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (hp.is_recurrent(il)) {
+            total += 4ull * (uint64_t(hp.ssm_conv - 1) * hp.conv_channels() + uint64_t(hp.ssm_state) * hp.ssm_state * hp.ssm_heads);
+        } else {
+            total += uint64_t(n_ctx) * (ggml_row_size(tk, row) + ggml_row_size(tv, row));
+        }
+    }
+    return total;
 }
 
 void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv, bool rotate) {
@@ -71,6 +79,17 @@ void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv
     ggml_init_params ip = {ggml_tensor_overhead() * size_t(2 * hp.n_layer + 4), nullptr, true};
     ctx = ggml_init(ip);
     for (int il = 0; il < hp.n_layer; ++il) {
+        if (hp.is_recurrent(il)) {
+            k.push_back(nullptr);
+            v.push_back(nullptr);
+            conv.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.ssm_conv - 1, hp.conv_channels()));
+            ssm.push_back(ggml_new_tensor_4d(ctx, GGML_TYPE_F32, hp.ssm_state, hp.ssm_state, hp.ssm_heads, 1));
+            ggml_format_name(conv.back(), "conv_state_l%d", il);
+            ggml_format_name(ssm.back(), "ssm_state_l%d", il);
+            continue;
+        }
+        conv.push_back(nullptr);
+        ssm.push_back(nullptr);
         k.push_back(ggml_new_tensor_2d(ctx, tk, row, n_ctx));
         v.push_back(ggml_new_tensor_2d(ctx, tv, row, n_ctx));
         ggml_format_name(k.back(), "cache_k_l%d", il);
@@ -88,6 +107,11 @@ void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv
     ggml_backend_buffer_clear(buffer, 0);
     if (rot_k) { auto h = hadamard_matrix(int(rot_k->ne[0])); ggml_backend_tensor_set(rot_k, h.data(), 0, h.size() * 4); }
     if (rot_v) { auto h = hadamard_matrix(64); ggml_backend_tensor_set(rot_v, h.data(), 0, h.size() * 4); }
+}
+
+void KvCache::clear_recurrent_state() {
+    for (ggml_tensor * t : conv) if (t) ggml_backend_tensor_memset(t, 0, 0, ggml_nbytes(t));
+    for (ggml_tensor * t : ssm) if (t) ggml_backend_tensor_memset(t, 0, 0, ggml_nbytes(t));
 }
 
 KvCache::~KvCache() {

@@ -21,13 +21,15 @@ int hadamard_block(int head_dim);
 struct KvCache {
     int n_ctx = 0;
     ggml_type type_k = GGML_TYPE_F16, type_v = GGML_TYPE_F16;
-    std::vector<ggml_tensor *> k, v;
+    std::vector<ggml_tensor *> k, v;          // per layer; null for recurrent layers
+    std::vector<ggml_tensor *> conv, ssm;     // per layer; F32 DeltaNet state, null for attention layers
     ggml_tensor * rot_k = nullptr;   // [nrot, nrot] when K is quantized and rotation is on
     ggml_tensor * rot_v = nullptr;   // [64, 64] when V is quantized and rotation is on
     ggml_context * ctx = nullptr;
     ggml_backend_buffer_t buffer = nullptr;
 
     static uint64_t bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv);
+    void clear_recurrent_state();   // zero the DeltaNet states (start of a context)
     void allocate(const Model & m, int n_ctx, ggml_type tk, ggml_type tv, bool rotate);   // throws
     ~KvCache();
 };

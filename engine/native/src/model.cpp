@@ -66,6 +66,7 @@ struct ArchEntry {
 static const ArchEntry k_archs[] = {
     {"llama", llama_load_hparams},
     {"qwen3", qwen3_load_hparams},
+    {"qwen35", qwen35_load_hparams},
 };
 
 static std::string summarize_types(const std::vector<TensorLoader::Entry> & entries) {
@@ -102,11 +103,12 @@ std::unique_ptr<Model> load_model(const std::string & path, const std::string & 
     m->n_threads = n_threads > 0 ? n_threads : default_thread_count();
 
     // Headers for every weight we use; sizes are known before any data moves.
-    const size_t n_tensors_max = 16 + 24 * size_t(m->hp.n_layer);
+    const size_t n_tensors_max = 16 + 32 * size_t(m->hp.n_layer);
     ggml_init_params ip = {ggml_tensor_overhead() * n_tensors_max, nullptr, /*no_alloc=*/true};
     m->ctx = ggml_init(ip);
     TensorLoader tl(f, m->ctx);
-    dense_declare_tensors(tl, *m);
+    if (m->hp.hybrid()) qwen35_declare_tensors(tl, *m);
+    else dense_declare_tensors(tl, *m);
 
     for (auto & e : tl.entries()) {
         m->weight_bytes += ggml_nbytes(e.tensor);

@@ -20,6 +20,14 @@ struct HParams {
     float rope_freq_base = 10000.0f, rope_freq_scale = 1.0f, rms_eps = 1e-5f;
     int rope_type = 0;           // GGML_ROPE_TYPE_*
     bool qk_norm = false;        // per-head RMS norms on q and k (qwen3)
+
+    // qwen35 hybrid (GGUF-ARCHS.md §1.2): DeltaNet layers carry O(1) state instead of KV
+    std::vector<bool> recurrent;  // per trunk layer; empty for dense archs
+    int ssm_state = 0, ssm_groups = 0, ssm_heads = 0, ssm_conv = 0;   // S, Hk, Hv, Kc
+    int rope_sections[4] = {0, 0, 0, 0};
+    bool hybrid() const { return !recurrent.empty(); }
+    bool is_recurrent(int il) const { return hybrid() && recurrent[size_t(il)]; }
+    int conv_channels() const { return 2 * ssm_groups * ssm_state + ssm_heads * ssm_state; }
 };
 
 struct LayerWeights {
@@ -28,6 +36,9 @@ struct LayerWeights {
     ggml_tensor *q_norm = nullptr, *k_norm = nullptr;
     ggml_tensor *ffn_norm = nullptr, *ffn_gate = nullptr, *ffn_up = nullptr, *ffn_down = nullptr;
     ggml_tensor *ffn_gate_b = nullptr, *ffn_up_b = nullptr, *ffn_down_b = nullptr;
+    // qwen35 DeltaNet layers (ffn_norm holds post_attention_norm)
+    ggml_tensor *ssm_qkv = nullptr, *ssm_gate = nullptr, *ssm_beta = nullptr, *ssm_alpha = nullptr;
+    ggml_tensor *ssm_dt_b = nullptr, *ssm_a = nullptr, *ssm_conv1d = nullptr, *ssm_norm = nullptr, *ssm_out = nullptr;
 };
 
 struct Model;
@@ -73,6 +84,8 @@ std::unique_ptr<Model> load_model(const std::string & path, const std::string & 
 void llama_load_hparams(const GgufFile & f, HParams & hp);
 void qwen3_load_hparams(const GgufFile & f, HParams & hp);
 void dense_declare_tensors(TensorLoader & tl, Model & m);
+void qwen35_load_hparams(const GgufFile & f, HParams & hp);
+void qwen35_declare_tensors(TensorLoader & tl, Model & m);
 
 } // namespace luce
 

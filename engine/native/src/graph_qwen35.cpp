@@ -1,0 +1,90 @@
+// graph_qwen35.cpp — forward graph of the Qwen3.5/3.6 hybrid (GGUF-ARCHS.md §2.1): Gated DeltaNet
+// layers update their conv window and recurrent state in place; gated attention layers use the
+// KV cache with partial IMROPE. Shapes are for one sequence (B = 1).
+#include "graph.h"
+
+#include <cmath>
+
+namespace luce {
+
+// DeltaNet mixer (§2.1.2): returns [E, n] and writes the layer's new conv and recurrent state.
+static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv, int il,
+                               ggml_tensor * h, int64_t n) {
+    const HParams & hp = m.hp;
+    const LayerWeights & L = m.layers[size_t(il)];
+    const int64_t S = hp.ssm_state, Hk = hp.ssm_groups, Hv = hp.ssm_heads, C = hp.conv_channels(), Kc = hp.ssm_conv;
+    ggml_tensor * conv_state = kv.conv[size_t(il)];   // [Kc-1, C]
+    ggml_tensor * ssm_state = kv.ssm[size_t(il)];     // [S, S, Hv, 1]
+
+    ggml_tensor * qkv = ggml_mul_mat(ctx, L.ssm_qkv, h);                       // [C, n]
+    ggml_tensor * z = ggml_mul_mat(ctx, L.ssm_gate, h);                        // [Hv·S, n]
+    ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, ggml_mul_mat(ctx, L.ssm_beta, h), 1, Hv, n, 1));
+    ggml_tensor * alpha = ggml_add(ctx, ggml_mul_mat(ctx, L.ssm_alpha, h), L.ssm_dt_b);
+    ggml_tensor * g = ggml_reshape_4d(ctx, ggml_mul(ctx, ggml_softplus(ctx, alpha), L.ssm_a), 1, Hv, n, 1);   // log decay
+
+    // causal depthwise conv over [previous Kc-1 inputs | this batch], then keep the last Kc-1
+    ggml_tensor * xin = ggml_concat(ctx, conv_state, ggml_transpose(ctx, qkv), 0);   // [Kc-1+n, C]
+    ggml_tensor * last = ggml_view_2d(ctx, xin, Kc - 1, C, xin->nb[1], size_t(n) * ggml_element_size(xin));
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, last, conv_state));
+    ggml_tensor * c = ggml_silu(ctx, ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xin, Kc - 1 + n, C, 1), L.ssm_conv1d));   // [C, n, 1]
+
+    const size_t f = ggml_element_size(c);
+    ggml_tensor * q = ggml_view_4d(ctx, c, S, Hk, n, 1, S * f, C * f, C * n * f, 0);
+    ggml_tensor * k = ggml_view_4d(ctx, c, S, Hk, n, 1, S * f, C * f, C * n * f, size_t(Hk * S) * f);
+    ggml_tensor * v = ggml_view_4d(ctx, c, S, Hv, n, 1, S * f, C * f, C * n * f, size_t(2 * Hk * S) * f);
+    // L2 norm per head: x / sqrt(Σx² + eps), as rms_norm with eps/S scaled back by 1/sqrt(S)
+    const float inv_sqrt_s = 1.0f / std::sqrt(float(S));
+    q = ggml_scale(ctx, ggml_rms_norm(ctx, q, hp.rms_eps / float(S)), inv_sqrt_s);
+    k = ggml_scale(ctx, ggml_rms_norm(ctx, k, hp.rms_eps / float(S)), inv_sqrt_s);
+
+    ggml_tensor * r = ggml_gated_delta_net(ctx, q, k, v, g, beta, ssm_state, 1);   // [S·Hv, n + S]
+    ggml_tensor * o = ggml_view_4d(ctx, r, S, Hv, n, 1, S * f, S * Hv * f, S * Hv * n * f, 0);
+    ggml_tensor * new_state = ggml_view_4d(ctx, r, S, S, Hv, 1, S * f, S * S * f, S * S * Hv * f, size_t(S * Hv * n) * f);
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, ssm_state));
+
+    ggml_tensor * z4 = ggml_reshape_4d(ctx, z, S, Hv, n, 1);
+    ggml_tensor * on = ggml_mul(ctx, rms_norm_w(ctx, o, L.ssm_norm, hp.rms_eps), ggml_silu(ctx, z4));
+    return ggml_mul_mat(ctx, L.ssm_out, ggml_reshape_2d(ctx, on, Hv * S, n));
+}
+
+// Gated full attention (§2.1.1): Q and a sigmoid output gate come from one projection.
+static ggml_tensor * gated_attention(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv,
+                                     const ForwardGraph & g, int il, ggml_tensor * h, int64_t n) {
+    const HParams & hp = m.hp;
+    const LayerWeights & L = m.layers[size_t(il)];
+    const int64_t D = hp.head_dim, Hq = hp.n_head;
+    ggml_tensor * qg = ggml_mul_mat(ctx, L.wq, h);   // [2·Hq·D, n], per head [q | gate]
+    const size_t f = ggml_element_size(qg);
+    ggml_tensor * q = ggml_view_3d(ctx, qg, D, Hq, n, 2 * D * f, 2 * Hq * D * f, 0);
+    ggml_tensor * gate = ggml_cont_2d(ctx, ggml_view_3d(ctx, qg, D, Hq, n, 2 * D * f, 2 * Hq * D * f, D * f), D * Hq, n);
+    ggml_tensor * k = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.wk, h), D, hp.n_head_kv, n);
+    ggml_tensor * v = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.wv, h), D, hp.n_head_kv, n);
+    q = rms_norm_w(ctx, q, L.q_norm, hp.rms_eps);
+    k = rms_norm_w(ctx, k, L.k_norm, hp.rms_eps);
+    int sections[4] = {hp.rope_sections[0], hp.rope_sections[1], hp.rope_sections[2], hp.rope_sections[3]};
+    q = ggml_rope_multi(ctx, q, g.pos, nullptr, hp.n_rot, sections, GGML_ROPE_TYPE_IMROPE, hp.n_ctx_train,
+                        hp.rope_freq_base, hp.rope_freq_scale, 0.0f, 1.0f, 32.0f, 1.0f);
+    k = ggml_rope_multi(ctx, k, g.pos, nullptr, hp.n_rot, sections, GGML_ROPE_TYPE_IMROPE, hp.n_ctx_train,
+                        hp.rope_freq_base, hp.rope_freq_scale, 0.0f, 1.0f, 32.0f, 1.0f);
+    ggml_tensor * o = cached_attention(ctx, gf, m, kv, g, il, q, k, v);
+    return ggml_mul_mat(ctx, L.wo, ggml_mul(ctx, o, ggml_sigmoid(ctx, gate)));
+}
+
+std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const KvCache & kv, GraphShape shape) {
+    const HParams & hp = m.hp;
+    auto g = new_forward_graph(m, shape, 4);   // M-RoPE positions: (t, h, w, e) blocks
+    ggml_context * ctx = g->ctx;
+    const int64_t n = shape.n_tokens;
+    ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, g->tokens);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const LayerWeights & L = m.layers[size_t(il)];
+        ggml_tensor * h = rms_norm_w(ctx, x, L.attn_norm, hp.rms_eps);
+        h = hp.is_recurrent(il) ? delta_net(ctx, g->gf, m, kv, il, h, n) : gated_attention(ctx, g->gf, m, kv, *g, il, h, n);
+        x = ggml_add(ctx, h, x);
+        x = ggml_add(ctx, swiglu_ffn(ctx, L, rms_norm_w(ctx, x, L.ffn_norm, hp.rms_eps)), x);
+    }
+    finish_logits(ctx, *g, m, x);
+    return g;
+}
+
+} // namespace luce
