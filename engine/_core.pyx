@@ -212,6 +212,24 @@ cdef class CoreEngine:
         prov = [r.provenance[i] for i in range(r.n_tokens)]
         return toks, prov, r.n_drafted, r.n_accepted, r.sample_ms, r.decode_ms
 
+    def verify(self, tokens):
+        cdef int32_t[::1] buf = np.ascontiguousarray(tokens, dtype=np.int32)
+        cdef int32_t n = buf.shape[0]
+        cdef luce_status st
+        if n == 0:
+            raise ValueError("verify needs at least one token")
+        with nogil:
+            st = luce_engine_verify(self.ptr, &buf[0], n)
+        if st != LUCE_OK:
+            raise_status(st)
+
+    def commit(self, int k):
+        cdef luce_status st
+        with nogil:
+            st = luce_engine_commit(self.ptr, k)
+        if st != LUCE_OK:
+            raise_status(st)
+
     def truncate(self, int n):
         cdef luce_status st
         with nogil:

@@ -62,6 +62,7 @@ cdef extern from "luce.h" nogil:
         luce_cache_type type_k
         luce_cache_type type_v
         bint kv_rotation
+        int32_t n_verify_max
     luce_engine_params luce_engine_default_params()
 
     ctypedef struct luce_memory_plan:
@@ -106,6 +107,8 @@ cdef extern from "luce.h" nogil:
         double decode_ms
     luce_status luce_engine_step(luce_engine * engine, const luce_sampling_params * params, luce_step_result * out)
     luce_status luce_engine_truncate(luce_engine * engine, int32_t n)
+    luce_status luce_engine_verify(luce_engine * engine, const int32_t * tokens, int32_t n)
+    luce_status luce_engine_commit(luce_engine * engine, int32_t k)
     void luce_engine_cancel(luce_engine * engine)
     void luce_engine_clear_cancel(luce_engine * engine)
     int32_t luce_engine_n_past(const luce_engine * engine)

@@ -145,6 +145,21 @@ class Engine:
             toks, prov, n_drafted, n_accepted, sample_ms, decode_ms = self._core.step(self._native_params(s))
         return StepResult(toks, [p == 1 for p in prov], n_drafted, n_accepted, sample_ms, decode_ms)
 
+    def verify(self, tokens: Sequence[int]) -> np.ndarray:
+        """Evaluate up to n_verify_max provisional tokens in one batch; returns their logits [n, n_vocab].
+
+        Follow with commit(k) to keep the first k of them (the rest are rolled back, recurrent
+        state included, without recomputation).
+        """
+        with self._lock:
+            self._core.verify(np.asarray(list(tokens), dtype=np.int32))
+            return self._core.all_logits()
+
+    def commit(self, k: int) -> None:
+        """Keep the first k tokens of the pending verify()."""
+        with self._lock:
+            self._core.commit(k)
+
     def truncate(self, n: int) -> None:
         """Keep the first n tokens of the context (logits for the next position are recomputed)."""
         with self._lock:

@@ -274,3 +274,46 @@ def test_hybrid_cancelled_generation_leaves_consistent_state(hybrid_model):
     fresh = Engine(hybrid_model, n_ctx=512)
     fresh.prefill(context)
     assert [eng.step().tokens[0] for _ in range(6)] == [fresh.step().tokens[0] for _ in range(6)]
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "llama"])
+def test_verify_commit_rolls_back_exactly(arch, tmp_path):
+    """prefill P, verify t1..t8, commit k (every k in 0..8), continue with u1..u4: the logits equal a
+    fresh engine fed P + t1..tk, then u1..u4 (the same last batch), within 1e-5 relative: the
+    rollback restores KV length and recurrent/conv state without recomputation."""
+    cfg = (TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=32, seed=5) if arch == "qwen35"
+           else TinyConfig(arch="llama", n_vocab=256, seed=5))
+    model = Model(write_tiny_gguf(tmp_path / f"{arch}.gguf", cfg), device=DEVICE, n_threads=THREADS)
+    p, t, u = prompt(20, 1), prompt(8, 2), prompt(4, 3)
+    eng = Engine(model, n_ctx=256)
+    for k in range(0, 9):
+        eng.truncate(0)
+        eng.prefill(p)
+        before = eng.logits()
+        verified = eng.verify(t)
+        assert verified.shape == (8, model.n_vocab)
+        eng.commit(k)
+        assert eng.n_past == len(p) + k and eng.tokens == p + t[:k]
+        np.testing.assert_array_equal(eng.logits(), verified[k - 1] if k else before)
+        eng.prefill(u, logits_all=True)
+        fresh = Engine(model, n_ctx=256)
+        fresh.prefill(p + t[:k])
+        fresh.prefill(u, logits_all=True)
+        want = fresh.all_logits()
+        assert np.abs(eng.all_logits() - want).max() <= 1e-5 * np.abs(want).max(), f"k={k}"
+
+
+def test_verify_rules(hybrid_model):
+    eng = Engine(hybrid_model, n_ctx=256)
+    eng.prefill(prompt(5))
+    with pytest.raises(InvalidArgumentError):
+        eng.verify(prompt(17))           # more than n_verify_max (16)
+    eng.verify(prompt(3))
+    with pytest.raises(EngineStateError, match="commit"):
+        eng.step()
+    with pytest.raises(InvalidArgumentError):
+        eng.commit(4)
+    eng.commit(3)
+    with pytest.raises(EngineStateError):
+        eng.commit(1)
+    assert eng.n_past == 8

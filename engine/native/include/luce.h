@@ -99,6 +99,7 @@ typedef struct luce_engine_params {
     luce_cache_type type_k;
     luce_cache_type type_v;
     bool    kv_rotation;        // Hadamard-rotate K/V for quantized caches (llama.cpp's default); default true
+    int32_t n_verify_max;       // most tokens one luce_engine_verify() may hold for rollback; default 16
 } luce_engine_params;
 
 LUCE_API luce_engine_params luce_engine_default_params(void);
@@ -182,6 +183,14 @@ LUCE_API luce_status luce_engine_step(luce_engine * engine, const luce_sampling_
 // Keeps the first n tokens of the context. Logits for position n are recomputed (n > 0) so that
 // stepping can continue at once.
 LUCE_API luce_status luce_engine_truncate(luce_engine * engine, int32_t n);
+
+// Speculative verification: evaluates n tokens (n <= n_verify_max) appended to the context in one
+// batch and keeps logits for every one of them. The tokens stay provisional until
+// luce_engine_commit(k) keeps the first k (0..n): the KV length and, for hybrid models, the
+// recurrent and conv state are restored to "after token k" without running the model again.
+// Any other compute call before the commit is an error.
+LUCE_API luce_status luce_engine_verify(luce_engine * engine, const int32_t * tokens, int32_t n);
+LUCE_API luce_status luce_engine_commit(luce_engine * engine, int32_t k);
 
 // Sets the cancel flag: a running or next prefill/step returns LUCE_ERR_CANCELLED at the next
 // graph boundary (on the CPU backend also between the nodes of a running graph). The flag is

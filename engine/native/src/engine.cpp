@@ -21,6 +21,7 @@ static luce_engine_params normalized(const Model & m, luce_engine_params p) {
     if (p.n_ctx <= 0) p.n_ctx = std::min(m.hp.n_ctx_train, 8192);
     p.n_ctx = round_up(p.n_ctx, kCtxPad);
     if (p.n_batch <= 0) p.n_batch = 512;
+    p.n_verify_max = std::clamp(p.n_verify_max, 0, int32_t(LUCE_MAX_STEP_TOKENS));
     p.n_batch = std::min(p.n_batch, p.n_ctx);
     return p;
 }
@@ -32,7 +33,7 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     luce_memory_plan plan{};
     plan.n_ctx = p.n_ctx;
     plan.weights = m.weight_bytes;
-    plan.kv_cache = KvCache::bytes_needed(hp, p.n_ctx, tk, tv);
+    plan.kv_cache = KvCache::bytes_needed(hp, p.n_ctx, tk, tv, p.n_verify_max);
     // Scratch of the largest graph (one micro-batch attending the full cache): live activations,
     // the mask, and on GPUs the F16 copy of a quantized K/V that batched attention makes.
     const uint64_t nb = uint64_t(p.n_batch), E = uint64_t(hp.n_embd), F = uint64_t(hp.n_ff);
@@ -85,7 +86,8 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
     auto abort_cb = [](void * flag) { return static_cast<std::atomic<bool> *>(flag)->load(); };
     if (!m_.hp.hybrid()) set_backend_abort(cpu_backend_ ? cpu_backend_ : backend_, abort_cb, &cancel_);
 
-    kv_.allocate(m_, params_.n_ctx, cache_ggml_type(params_.type_k), cache_ggml_type(params_.type_v), params_.kv_rotation);
+    kv_.allocate(m_, params_.n_ctx, cache_ggml_type(params_.type_k), cache_ggml_type(params_.type_v), params_.kv_rotation,
+                 params_.n_verify_max);
     sched_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), graph_max_nodes(m_), false, true);
     if (!sched_) throw Error(LUCE_ERR_DEVICE, "cannot create the graph scheduler");
     reserve_worst_case();
@@ -116,13 +118,15 @@ void Engine::check_cancel() {
     if (cancel_.exchange(false)) throw Error(LUCE_ERR_CANCELLED, "cancelled");
 }
 
-void Engine::eval(const int32_t * toks, int32_t n, bool logits_all) {
+void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify) {
     const int32_t n_past = this->n_past();
     if (n_past + n > kv_.n_ctx) {
         throw Error(LUCE_ERR_CONTEXT, "context full: " + std::to_string(n_past) + " + " + std::to_string(n) +
                                           " tokens exceed the capacity of " + std::to_string(kv_.n_ctx));
     }
-    GraphShape shape{n, std::min(kv_.n_ctx, round_up(n_past + n, kCtxPad)), logits_all && n > 1};
+    GraphShape shape{n, std::min(kv_.n_ctx, round_up(n_past + n, kCtxPad)), logits_all && n > 1, verify && m_.hp.hybrid()};
+    // a verify graph leaves the recurrent state untouched, so a failure needs no replay
+    const bool replay_on_failure = m_.hp.hybrid() && !replaying_ && !shape.verify;
     if (!graph_ || !(graph_->shape == shape)) {
         graph_.reset();
         graph_ = build_graph(m_, kv_, shape);
@@ -162,7 +166,7 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all) {
     ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
 
     const ggml_status status = ggml_backend_sched_graph_compute(sched_, g.gf);
-    if (status != GGML_STATUS_SUCCESS && m_.hp.hybrid() && !replaying_) replay_context();
+    if (status != GGML_STATUS_SUCCESS && replay_on_failure) replay_context();
     if (status == GGML_STATUS_ABORTED) {
         // Nothing is committed: cells written past the context stay hidden by the mask.
         cancel_.store(false);
@@ -183,7 +187,7 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all) {
         if (!std::isfinite(out[i])) {
             logits_.resize(offset);
             if (!logits_all) n_logit_rows_ = 0;
-            if (m_.hp.hybrid() && !replaying_) replay_context();   // undo the recurrent states' advance
+            if (replay_on_failure) replay_context();   // undo the recurrent states' advance
             throw Error(LUCE_ERR_COMPUTE, "the model produced non-finite logits (NaN/Inf) at position " + std::to_string(n_past) +
                                               "; the weights or the KV cache type may be unsuitable");
         }
@@ -193,6 +197,7 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all) {
 }
 
 void Engine::prefill(const int32_t * toks, int32_t n, bool logits_all, luce_progress_cb cb, void * ud) {
+    check_no_pending();
     if (n <= 0 || !toks) throw Error(LUCE_ERR_INVALID_ARG, "prefill needs at least one token");
     for (int32_t i = 0; i < n; ++i) {
         if (toks[i] < 0 || toks[i] >= m_.hp.n_vocab) {
@@ -242,6 +247,7 @@ int32_t Engine::sample(const luce_sampling_params & sp, int32_t row) {
 
 void Engine::step(const luce_sampling_params & sp, luce_step_result & out) {
     out = {};
+    check_no_pending();
     if (n_logit_rows_ == 0) throw Error(LUCE_ERR_STATE, "no logits to sample from: prefill or step first");
     if (n_past() + 1 > kv_.n_ctx) {
         throw Error(LUCE_ERR_CONTEXT, "context full (" + std::to_string(kv_.n_ctx) + " tokens); raise --max-ctx");
@@ -262,6 +268,7 @@ void Engine::step(const luce_sampling_params & sp, luce_step_result & out) {
 }
 
 void Engine::truncate(int32_t n) {
+    check_no_pending();
     if (n < 0 || n > n_past()) {
         throw Error(LUCE_ERR_INVALID_ARG, "cannot truncate to " + std::to_string(n) + " tokens: the context has " +
                                               std::to_string(n_past()));
@@ -285,6 +292,68 @@ void Engine::truncate(int32_t n) {
             throw;
         }
     }
+}
+
+void Engine::check_no_pending() const {
+    if (pending_ > 0) throw Error(LUCE_ERR_STATE, "a verification is pending: commit it first");
+}
+
+void Engine::verify(const int32_t * toks, int32_t n) {
+    check_no_pending();
+    if (n < 1 || n > kv_.n_verify_max) {
+        throw Error(LUCE_ERR_INVALID_ARG, "verify takes 1.." + std::to_string(kv_.n_verify_max) + " tokens, not " + std::to_string(n));
+    }
+    for (int32_t i = 0; i < n; ++i) {
+        if (toks[i] < 0 || toks[i] >= m_.hp.n_vocab) throw Error(LUCE_ERR_INVALID_ARG, "token id outside the vocabulary");
+    }
+    check_cancel();
+    const float * last = logits_row(-1);
+    pre_verify_logits_.assign(last ? last : nullptr, last ? last + m_.hp.n_vocab : nullptr);
+    std::vector<float> saved;
+    saved.swap(logits_);
+    const int32_t saved_rows = n_logit_rows_;
+    n_logit_rows_ = 0;
+    try {
+        eval(toks, n, /*logits_all=*/true, /*verify=*/true);
+    } catch (...) {
+        logits_.swap(saved);
+        n_logit_rows_ = saved_rows;
+        throw;
+    }
+    pending_ = n;
+}
+
+void Engine::commit(int32_t k) {
+    if (pending_ == 0) throw Error(LUCE_ERR_STATE, "no verification to commit");
+    if (k < 0 || k > pending_) {
+        throw Error(LUCE_ERR_INVALID_ARG, "commit keeps 0.." + std::to_string(pending_) + " tokens, not " + std::to_string(k));
+    }
+    const size_t n0 = tokens_.size() - size_t(pending_);
+    const HParams & hp = m_.hp;
+    if (hp.hybrid() && k > 0) {
+        // State after token k-1: snapshot slot pending-k; conv window: the Kc-1 inputs ending at token k-1.
+        const size_t state_bytes = size_t(hp.ssm_state) * hp.ssm_state * hp.ssm_heads * sizeof(float);
+        const size_t win = size_t(hp.ssm_conv - 1) * sizeof(float);
+        std::vector<uint8_t> buf(std::max(state_bytes, win * size_t(hp.conv_channels())));
+        for (int il = 0; il < hp.n_layer; ++il) {
+            if (!hp.is_recurrent(il)) continue;
+            ggml_backend_tensor_get(kv_.ssm_snap[size_t(il)], buf.data(), size_t(pending_ - k) * state_bytes, state_bytes);
+            ggml_backend_tensor_set(kv_.ssm[size_t(il)], buf.data(), 0, state_bytes);
+            ggml_tensor * hist = kv_.conv_hist[size_t(il)];
+            ggml_backend_tensor_get_2d(hist, buf.data(), size_t(k) * sizeof(float), win, size_t(hp.conv_channels()), hist->nb[1], win);
+            ggml_backend_tensor_set(kv_.conv[size_t(il)], buf.data(), 0, win * size_t(hp.conv_channels()));
+        }
+    }
+    tokens_.resize(n0 + size_t(k));   // KV cells past this are hidden by the mask
+    if (k > 0) {
+        std::vector<float> row(logits_.begin() + long(k - 1) * hp.n_vocab, logits_.begin() + long(k) * hp.n_vocab);
+        logits_.swap(row);
+        n_logit_rows_ = 1;
+    } else {
+        logits_.swap(pre_verify_logits_);
+        n_logit_rows_ = logits_.empty() ? 0 : 1;
+    }
+    pending_ = 0;
 }
 
 void Engine::replay_context() {

@@ -26,6 +26,8 @@ public:
     void step(const luce_sampling_params & sp, luce_step_result & out);
     int32_t sample(const luce_sampling_params & sp, int32_t row);
     void truncate(int32_t n);
+    void verify(const int32_t * tokens, int32_t n);   // see luce_engine_verify
+    void commit(int32_t k);
 
     const float * logits_row(int32_t i) const;
     int32_t n_logits() const { return n_logit_rows_; }
@@ -42,7 +44,10 @@ public:
 
 private:
     // One graph launch over tokens [0, n) appended at the current end of the context.
-    void eval(const int32_t * tokens, int32_t n, bool logits_all);
+    void eval(const int32_t * tokens, int32_t n, bool logits_all, bool verify = false);
+    void check_no_pending() const;
+    int32_t pending_ = 0;                      // provisional tokens of an uncommitted verify
+    std::vector<float> pre_verify_logits_;     // restored by commit(0)
     void check_cancel();
     void reserve_worst_case();
     // Hybrid models: recompute the recurrent state of the committed tokens from scratch.

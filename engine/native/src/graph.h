@@ -16,8 +16,9 @@ struct GraphShape {
     int n_tokens = 0;
     int n_kv = 0;           // cache cells attended: used length rounded up to 256
     bool logits_all = false;
+    bool verify = false;    // hybrid: keep per-token states in the snapshot buffers, not in the state
     bool operator==(const GraphShape & o) const {
-        return n_tokens == o.n_tokens && n_kv == o.n_kv && logits_all == o.logits_all;
+        return n_tokens == o.n_tokens && n_kv == o.n_kv && logits_all == o.logits_all && verify == o.verify;
     }
 };
 

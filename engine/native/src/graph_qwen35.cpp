@@ -9,7 +9,7 @@ namespace luce {
 
 // DeltaNet mixer (§2.1.2): returns [E, n] and writes the layer's new conv and recurrent state.
 static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv, int il,
-                               ggml_tensor * h, int64_t n) {
+                               ggml_tensor * h, int64_t n, bool verify) {
     const HParams & hp = m.hp;
     const LayerWeights & L = m.layers[size_t(il)];
     const int64_t S = hp.ssm_state, Hk = hp.ssm_groups, Hv = hp.ssm_heads, C = hp.conv_channels(), Kc = hp.ssm_conv;
@@ -24,8 +24,14 @@ static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model
 
     // causal depthwise conv over [previous Kc-1 inputs | this batch], then keep the last Kc-1
     ggml_tensor * xin = ggml_concat(ctx, conv_state, ggml_transpose(ctx, qkv), 0);   // [Kc-1+n, C]
-    ggml_tensor * last = ggml_view_2d(ctx, xin, Kc - 1, C, xin->nb[1], size_t(n) * ggml_element_size(xin));
-    ggml_build_forward_expand(gf, ggml_cpy(ctx, last, conv_state));
+    if (verify) {
+        // keep the whole window: commit(k) takes the Kc-1 inputs that end at token k
+        ggml_tensor * hist = kv.conv_hist[size_t(il)];
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, xin, ggml_view_2d(ctx, hist, Kc - 1 + n, C, hist->nb[1], 0)));
+    } else {
+        ggml_tensor * last = ggml_view_2d(ctx, xin, Kc - 1, C, xin->nb[1], size_t(n) * ggml_element_size(xin));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, last, conv_state));
+    }
     ggml_tensor * c = ggml_silu(ctx, ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xin, Kc - 1 + n, C, 1), L.ssm_conv1d));   // [C, n, 1]
 
     const size_t f = ggml_element_size(c);
@@ -37,10 +43,14 @@ static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model
     q = ggml_scale(ctx, ggml_rms_norm(ctx, q, hp.rms_eps / float(S)), inv_sqrt_s);
     k = ggml_scale(ctx, ggml_rms_norm(ctx, k, hp.rms_eps / float(S)), inv_sqrt_s);
 
-    ggml_tensor * r = ggml_gated_delta_net(ctx, q, k, v, g, beta, ssm_state, 1);   // [S·Hv, n + S]
+    // K state slots after the outputs: slot s = state after token n-1-s (verify keeps one per token)
+    const int64_t K = verify ? n : 1;
+    ggml_tensor * r = ggml_gated_delta_net(ctx, q, k, v, g, beta, ssm_state, K);   // [S·Hv, n + K·S]
     ggml_tensor * o = ggml_view_4d(ctx, r, S, Hv, n, 1, S * f, S * Hv * f, S * Hv * n * f, 0);
-    ggml_tensor * new_state = ggml_view_4d(ctx, r, S, S, Hv, 1, S * f, S * S * f, S * S * Hv * f, size_t(S * Hv * n) * f);
-    ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, ssm_state));
+    ggml_tensor * states = ggml_view_4d(ctx, r, S, S, Hv, K, S * f, S * S * f, S * S * Hv * f, size_t(S * Hv * n) * f);
+    ggml_tensor * dst = verify ? ggml_view_4d(ctx, kv.ssm_snap[size_t(il)], S, S, Hv, K, S * f, S * S * f, S * S * Hv * f, 0)
+                               : ssm_state;
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, states, dst));
 
     ggml_tensor * z4 = ggml_reshape_4d(ctx, z, S, Hv, n, 1);
     ggml_tensor * on = ggml_mul(ctx, rms_norm_w(ctx, o, L.ssm_norm, hp.rms_eps), ggml_silu(ctx, z4));
@@ -79,7 +89,7 @@ std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const KvCache 
     for (int il = 0; il < hp.n_layer; ++il) {
         const LayerWeights & L = m.layers[size_t(il)];
         ggml_tensor * h = rms_norm_w(ctx, x, L.attn_norm, hp.rms_eps);
-        h = hp.is_recurrent(il) ? delta_net(ctx, g->gf, m, kv, il, h, n) : gated_attention(ctx, g->gf, m, kv, *g, il, h, n);
+        h = hp.is_recurrent(il) ? delta_net(ctx, g->gf, m, kv, il, h, n, shape.verify) : gated_attention(ctx, g->gf, m, kv, *g, il, h, n);
         x = ggml_add(ctx, h, x);
         x = ggml_add(ctx, swiglu_ffn(ctx, L, rms_norm_w(ctx, x, L.ffn_norm, hp.rms_eps)), x);
     }

@@ -49,12 +49,16 @@ static std::vector<float> hadamard_matrix(int n) {
     return h;
 }
 
-uint64_t KvCache::bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv) {
+uint64_t KvCache::bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv, int n_verify_max) {
     const int64_t row = int64_t(hp.head_dim) * hp.n_head_kv;
     uint64_t total = 0;
     for (int il = 0; il < hp.n_layer; ++il) {
         if (hp.is_recurrent(il)) {
-            total += 4ull * (uint64_t(hp.ssm_conv - 1) * hp.conv_channels() + uint64_t(hp.ssm_state) * hp.ssm_state * hp.ssm_heads);
+            const uint64_t state = uint64_t(hp.ssm_state) * hp.ssm_state * hp.ssm_heads;
+            total += 4ull * (uint64_t(hp.ssm_conv - 1) * hp.conv_channels() + state);
+            if (n_verify_max > 0) {
+                total += 4ull * (uint64_t(hp.ssm_conv - 1 + n_verify_max) * hp.conv_channels() + state * n_verify_max);
+            }
         } else {
             total += uint64_t(n_ctx) * (ggml_row_size(tk, row) + ggml_row_size(tv, row));
         }
@@ -62,7 +66,8 @@ uint64_t KvCache::bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml
     return total;
 }
 
-void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv, bool rotate) {
+void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv, bool rotate, int n_verify_max_in) {
+    n_verify_max = n_verify_max_in;
     const HParams & hp = m.hp;
     n_ctx = n_ctx_in;
     type_k = tk;
@@ -76,7 +81,7 @@ void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv
                                                   std::to_string(hp.head_dim) + "); use --cache-type f16");
         }
     }
-    ggml_init_params ip = {ggml_tensor_overhead() * size_t(2 * hp.n_layer + 4), nullptr, true};
+    ggml_init_params ip = {ggml_tensor_overhead() * size_t(4 * hp.n_layer + 4), nullptr, true};
     ctx = ggml_init(ip);
     for (int il = 0; il < hp.n_layer; ++il) {
         if (hp.is_recurrent(il)) {
@@ -86,10 +91,19 @@ void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv
             ssm.push_back(ggml_new_tensor_4d(ctx, GGML_TYPE_F32, hp.ssm_state, hp.ssm_state, hp.ssm_heads, 1));
             ggml_format_name(conv.back(), "conv_state_l%d", il);
             ggml_format_name(ssm.back(), "ssm_state_l%d", il);
+            if (n_verify_max > 0 && hp.hybrid()) {
+                conv_hist.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.ssm_conv - 1 + n_verify_max, hp.conv_channels()));
+                ssm_snap.push_back(ggml_new_tensor_4d(ctx, GGML_TYPE_F32, hp.ssm_state, hp.ssm_state, hp.ssm_heads, n_verify_max));
+            } else {
+                conv_hist.push_back(nullptr);
+                ssm_snap.push_back(nullptr);
+            }
             continue;
         }
         conv.push_back(nullptr);
         ssm.push_back(nullptr);
+        conv_hist.push_back(nullptr);
+        ssm_snap.push_back(nullptr);
         k.push_back(ggml_new_tensor_2d(ctx, tk, row, n_ctx));
         v.push_back(ggml_new_tensor_2d(ctx, tv, row, n_ctx));
         ggml_format_name(k.back(), "cache_k_l%d", il);

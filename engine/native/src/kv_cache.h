@@ -23,14 +23,19 @@ struct KvCache {
     ggml_type type_k = GGML_TYPE_F16, type_v = GGML_TYPE_F16;
     std::vector<ggml_tensor *> k, v;          // per layer; null for recurrent layers
     std::vector<ggml_tensor *> conv, ssm;     // per layer; F32 DeltaNet state, null for attention layers
+    // Rollback buffers for verification (DeltaNet layers): the conv input window of the batch
+    // [Kc-1+n_verify_max, C] and the state after each token [S, S, Hv, n_verify_max] (slot s =
+    // s tokens before the last).
+    std::vector<ggml_tensor *> conv_hist, ssm_snap;
+    int n_verify_max = 0;
     ggml_tensor * rot_k = nullptr;   // [nrot, nrot] when K is quantized and rotation is on
     ggml_tensor * rot_v = nullptr;   // [64, 64] when V is quantized and rotation is on
     ggml_context * ctx = nullptr;
     ggml_backend_buffer_t buffer = nullptr;
 
-    static uint64_t bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv);
+    static uint64_t bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv, int n_verify_max = 0);
     void clear_recurrent_state();   // zero the DeltaNet states (start of a context)
-    void allocate(const Model & m, int n_ctx, ggml_type tk, ggml_type tv, bool rotate);   // throws
+    void allocate(const Model & m, int n_ctx, ggml_type tk, ggml_type tv, bool rotate, int n_verify_max);   // throws
     ~KvCache();
 };
 

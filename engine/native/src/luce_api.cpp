@@ -66,6 +66,7 @@ luce_engine_params luce_engine_default_params(void) {
     p.type_k = LUCE_CACHE_F16;
     p.type_v = LUCE_CACHE_F16;
     p.kv_rotation = true;
+    p.n_verify_max = 16;
     return p;
 }
 
@@ -139,6 +140,20 @@ luce_status luce_engine_step(luce_engine * e, const luce_sampling_params * p, lu
         REQUIRE(e && out, "engine and out are required");
         check_sampling(p);
         e->impl->step(*p, *out);
+    });
+}
+
+luce_status luce_engine_verify(luce_engine * e, const int32_t * tokens, int32_t n) {
+    return guarded([&] {
+        REQUIRE(e && tokens, "engine and tokens are required");
+        e->impl->verify(tokens, n);
+    });
+}
+
+luce_status luce_engine_commit(luce_engine * e, int32_t k) {
+    return guarded([&] {
+        REQUIRE(e, "engine is NULL");
+        e->impl->commit(k);
     });
 }
 
