@@ -230,6 +230,13 @@ cdef class CoreEngine:
         if st != LUCE_OK:
             raise_status(st)
 
+    def checkpoint(self):
+        cdef luce_status st
+        with nogil:
+            st = luce_engine_checkpoint(self.ptr)
+        if st != LUCE_OK:
+            raise_status(st)
+
     def truncate(self, int n):
         cdef luce_status st
         with nogil:
@@ -269,6 +276,7 @@ cdef class CoreEngine:
         return {"n_prefill_tokens": s.n_prefill_tokens, "prefill_ms": s.prefill_ms,
                 "n_decode_tokens": s.n_decode_tokens, "decode_ms": s.decode_ms, "sample_ms": s.sample_ms,
                 "n_graph_builds": s.n_graph_builds, "n_graph_reuses": s.n_graph_reuses,
+                "n_replayed_tokens": s.n_replayed_tokens,
                 "compute_buffer_bytes": s.compute_buffer_bytes}
 
     def reset_stats(self):

@@ -109,6 +109,7 @@ cdef extern from "luce.h" nogil:
     luce_status luce_engine_truncate(luce_engine * engine, int32_t n)
     luce_status luce_engine_verify(luce_engine * engine, const int32_t * tokens, int32_t n)
     luce_status luce_engine_commit(luce_engine * engine, int32_t k)
+    luce_status luce_engine_checkpoint(luce_engine * engine)
     void luce_engine_cancel(luce_engine * engine)
     void luce_engine_clear_cancel(luce_engine * engine)
     int32_t luce_engine_n_past(const luce_engine * engine)
@@ -123,6 +124,7 @@ cdef extern from "luce.h" nogil:
         double sample_ms
         int64_t n_graph_builds
         int64_t n_graph_reuses
+        int64_t n_replayed_tokens
         uint64_t compute_buffer_bytes
     void luce_engine_stats(const luce_engine * engine, luce_stats * out)
     void luce_engine_reset_stats(luce_engine * engine)

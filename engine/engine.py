@@ -165,6 +165,12 @@ class Engine:
         with self._lock:
             self._core.truncate(n)
 
+    def checkpoint(self) -> None:
+        """Remember the recurrent state at the current length (hybrid models; e.g. at a turn
+        boundary) so truncating back here is instant; a no-op for dense models."""
+        with self._lock:
+            self._core.checkpoint()
+
     def cancel(self) -> None:
         """Stop the running prefill/step at the next graph boundary (any thread)."""
         self._core.cancel()

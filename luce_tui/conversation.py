@@ -158,6 +158,9 @@ class Conversation:
                 worker.join()
                 raise
         worker.join()
+        # Turn boundary: hybrid models keep their recurrent state here so that editing or
+        # retrying a later turn recomputes only what follows (a no-op for dense models).
+        self.engine.checkpoint()
         after = self.engine.stats()
         reply = "".join(text)
         self.messages = history + [{"role": "assistant", "content": reply}]

@@ -317,3 +317,28 @@ def test_verify_rules(hybrid_model):
     with pytest.raises(EngineStateError):
         eng.commit(1)
     assert eng.n_past == 8
+
+
+def test_hybrid_checkpoint_makes_truncate_cheap(hybrid_model):
+    a, b, c = prompt(40, 11), prompt(30, 12), prompt(10, 13)
+    eng = Engine(hybrid_model, n_ctx=256)
+    eng.prefill(a)
+    eng.checkpoint()                      # e.g. the end of a turn
+    eng.prefill(b)
+    eng.reset_stats()
+    eng.truncate(len(a))                  # back to the checkpoint: nothing recomputed
+    assert eng.stats()["n_replayed_tokens"] == 0 and eng.tokens == a
+    eng.prefill(c, logits_all=True)
+    fresh = Engine(hybrid_model, n_ctx=256)
+    fresh.prefill(a)
+    fresh.prefill(c, logits_all=True)
+    np.testing.assert_allclose(eng.all_logits(), fresh.all_logits(), rtol=0, atol=1e-5 * np.abs(fresh.all_logits()).max())
+    eng.reset_stats()
+    eng.truncate(len(a) + 4)              # past the checkpoint: only the 4 tokens after it
+    assert eng.stats()["n_replayed_tokens"] == 4 and eng.tokens == a + c[:4]
+    eng.truncate(10)                      # before every checkpoint: from the start
+    assert eng.tokens == a[:10]
+    eng.prefill(b[:5])
+    fresh.truncate(0)
+    fresh.prefill(a[:10] + b[:5])
+    assert eng.step().tokens == fresh.step().tokens

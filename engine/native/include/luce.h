@@ -184,6 +184,11 @@ LUCE_API luce_status luce_engine_step(luce_engine * engine, const luce_sampling_
 // stepping can continue at once.
 LUCE_API luce_status luce_engine_truncate(luce_engine * engine, int32_t n);
 
+// Saves the recurrent state at the current length (host memory; O(1) in context length) so that a
+// later truncate to this length is instant and a truncate past it only recomputes from here.
+// Dense models need none (their truncate is always instant). At most 8 are kept; the oldest go.
+LUCE_API luce_status luce_engine_checkpoint(luce_engine * engine);
+
 // Speculative verification: evaluates n tokens (n <= n_verify_max) appended to the context in one
 // batch and keeps logits for every one of them. The tokens stay provisional until
 // luce_engine_commit(k) keeps the first k (0..n): the KV length and, for hybrid models, the
@@ -211,6 +216,7 @@ typedef struct luce_stats {
     double  sample_ms;
     int64_t n_graph_builds;    // graphs built (a reused graph is not rebuilt)
     int64_t n_graph_reuses;
+    int64_t n_replayed_tokens; // tokens recomputed to rebuild recurrent state (truncate, failures)
     uint64_t compute_buffer_bytes;
 } luce_stats;
 

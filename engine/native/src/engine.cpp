@@ -278,8 +278,28 @@ void Engine::truncate(int32_t n) {
     logits_.clear();
     n_logit_rows_ = 0;
     if (m_.hp.hybrid()) {
-        // Recurrent state cannot be rewound: recompute it from the start (checkpoints come later).
-        replay_context();
+        // Recurrent state cannot be rewound: resume from the nearest checkpoint at or before n
+        // (or the start) and recompute the tokens after it.
+        while (!checkpoints_.empty() && checkpoints_.back().n_past > n) checkpoints_.pop_back();
+        std::vector<int32_t> keep(tokens_);
+        if (checkpoints_.empty()) {
+            replay_context();
+            return;
+        }
+        const Checkpoint & cp = checkpoints_.back();
+        tokens_.resize(size_t(cp.n_past));
+        load_state(cp.state);
+        if (cp.n_past == n) {
+            if (!cp.logits.empty()) {
+                logits_ = cp.logits;
+                n_logit_rows_ = 1;
+            } else {   // saved without logits: the last token's logits need the state before it
+                tokens_ = keep;
+                replay_context();
+            }
+            return;
+        }
+        replay_tokens(keep.data() + cp.n_past, size_t(n - cp.n_past));
         return;
     }
     if (n > 0) {
@@ -356,26 +376,68 @@ void Engine::commit(int32_t k) {
     pending_ = 0;
 }
 
+void Engine::save_state(std::vector<uint8_t> & out) const {
+    out.clear();
+    for (size_t il = 0; il < kv_.conv.size(); ++il) {
+        for (ggml_tensor * t : {kv_.conv[il], kv_.ssm[il]}) {
+            if (!t) continue;
+            const size_t at = out.size();
+            out.resize(at + ggml_nbytes(t));
+            ggml_backend_tensor_get(t, out.data() + at, 0, ggml_nbytes(t));
+        }
+    }
+}
+
+void Engine::load_state(const std::vector<uint8_t> & in) {
+    size_t at = 0;
+    for (size_t il = 0; il < kv_.conv.size(); ++il) {
+        for (ggml_tensor * t : {kv_.conv[il], kv_.ssm[il]}) {
+            if (!t) continue;
+            ggml_backend_tensor_set(t, in.data() + at, 0, ggml_nbytes(t));
+            at += ggml_nbytes(t);
+        }
+    }
+}
+
+void Engine::checkpoint() {
+    check_no_pending();
+    if (!m_.hp.hybrid()) return;
+    while (!checkpoints_.empty() && checkpoints_.back().n_past >= n_past()) checkpoints_.pop_back();
+    Checkpoint cp;
+    cp.n_past = n_past();
+    save_state(cp.state);
+    if (const float * l = logits_row(-1)) cp.logits.assign(l, l + m_.hp.n_vocab);
+    checkpoints_.push_back(std::move(cp));
+    if (checkpoints_.size() > 8) checkpoints_.erase(checkpoints_.begin());
+}
+
+// Evaluates tokens on top of the current state in micro-batches (the last one leaves logits).
+void Engine::replay_tokens(const int32_t * toks, size_t n) {
+    replaying_ = true;
+    try {
+        for (size_t done = 0; done < n;) {
+            const int32_t nb = int32_t(std::min<size_t>(size_t(params_.n_batch), n - done));
+            eval(toks + done, nb, false);
+            done += size_t(nb);
+            stats_.n_replayed_tokens += nb;
+        }
+    } catch (...) {
+        replaying_ = false;
+        tokens_.clear();   // the state cannot be trusted: start over with an empty context
+        checkpoints_.clear();
+        kv_.clear_recurrent_state();
+        throw;
+    }
+    replaying_ = false;
+}
+
 void Engine::replay_context() {
     std::vector<int32_t> context;
     context.swap(tokens_);
     kv_.clear_recurrent_state();
     logits_.clear();
     n_logit_rows_ = 0;
-    replaying_ = true;
-    try {
-        for (size_t done = 0; done < context.size();) {
-            const int32_t nb = int32_t(std::min<size_t>(size_t(params_.n_batch), context.size() - done));
-            eval(context.data() + done, nb, false);
-            done += size_t(nb);
-        }
-    } catch (...) {
-        replaying_ = false;
-        tokens_.clear();   // the state cannot be trusted: start over with an empty context
-        kv_.clear_recurrent_state();
-        throw;
-    }
-    replaying_ = false;
+    replay_tokens(context.data(), context.size());
 }
 
 luce_stats Engine::stats() const {

@@ -28,6 +28,7 @@ public:
     void truncate(int32_t n);
     void verify(const int32_t * tokens, int32_t n);   // see luce_engine_verify
     void commit(int32_t k);
+    void checkpoint();
 
     const float * logits_row(int32_t i) const;
     int32_t n_logits() const { return n_logit_rows_; }
@@ -47,6 +48,15 @@ private:
     void eval(const int32_t * tokens, int32_t n, bool logits_all, bool verify = false);
     void check_no_pending() const;
     int32_t pending_ = 0;                      // provisional tokens of an uncommitted verify
+    struct Checkpoint {
+        int32_t n_past;
+        std::vector<uint8_t> state;            // conv + recurrent state of every DeltaNet layer
+        std::vector<float> logits;             // last row at that point (empty if none)
+    };
+    std::vector<Checkpoint> checkpoints_;      // ascending n_past
+    void save_state(std::vector<uint8_t> & out) const;
+    void load_state(const std::vector<uint8_t> & in);
+    void replay_tokens(const int32_t * toks, size_t n);
     std::vector<float> pre_verify_logits_;     // restored by commit(0)
     void check_cancel();
     void reserve_worst_case();

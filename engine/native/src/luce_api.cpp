@@ -157,6 +157,13 @@ luce_status luce_engine_commit(luce_engine * e, int32_t k) {
     });
 }
 
+luce_status luce_engine_checkpoint(luce_engine * e) {
+    return guarded([&] {
+        REQUIRE(e, "engine is NULL");
+        e->impl->checkpoint();
+    });
+}
+
 luce_status luce_engine_truncate(luce_engine * e, int32_t n) {
     return guarded([&] {
         REQUIRE(e, "engine is NULL");
