@@ -136,6 +136,7 @@ cdef class CoreEngine:
     cdef luce_engine * ptr
     cdef readonly CoreModel model
     cdef int n_vocab
+    cdef int n_capture
 
     def __cinit__(self, CoreModel model, int n_ctx=0, int n_batch=512, str cache_type_k="f16",
                   str cache_type_v="f16", bint kv_rotation=True):
@@ -229,6 +230,22 @@ cdef class CoreEngine:
             st = luce_engine_commit(self.ptr, k)
         if st != LUCE_OK:
             raise_status(st)
+
+    def set_capture(self, layers, bint output_convention=False, int ring_size=4096):
+        cdef int32_t[::1] buf = np.ascontiguousarray(list(layers) or [0], dtype=np.int32)
+        cdef int32_t n = len(layers)
+        cdef luce_status st = luce_engine_set_capture(self.ptr, &buf[0], n, output_convention, ring_size)
+        if st != LUCE_OK:
+            raise_status(st)
+        self.n_capture = n
+
+    def captured(self, int pos):
+        out = np.empty((max(self.n_capture, 1), luce_model_n_embd(self.model.ptr)), dtype=np.float32)
+        cdef float[:, ::1] view = out
+        cdef luce_status st = luce_engine_captured(self.ptr, pos, &view[0, 0])
+        if st != LUCE_OK:
+            raise_status(st)
+        return out
 
     def checkpoint(self):
         cdef luce_status st

@@ -110,6 +110,9 @@ cdef extern from "luce.h" nogil:
     luce_status luce_engine_verify(luce_engine * engine, const int32_t * tokens, int32_t n)
     luce_status luce_engine_commit(luce_engine * engine, int32_t k)
     luce_status luce_engine_checkpoint(luce_engine * engine)
+    luce_status luce_engine_set_capture(luce_engine * engine, const int32_t * layers, int32_t n_layers,
+                                        bint output_convention, int32_t ring_size)
+    luce_status luce_engine_captured(const luce_engine * engine, int32_t pos, float * out)
     void luce_engine_cancel(luce_engine * engine)
     void luce_engine_clear_cancel(luce_engine * engine)
     int32_t luce_engine_n_past(const luce_engine * engine)

@@ -165,6 +165,16 @@ class Engine:
         with self._lock:
             self._core.truncate(n)
 
+    def set_capture(self, layers: Sequence[int], *, output: bool = False, ring_size: int = 4096) -> None:
+        """Capture the residual stream at these layers for every evaluated token (a DFlash draft's
+        features): the input of each layer, or with output=True its output. [] turns it off."""
+        with self._lock:
+            self._core.set_capture(list(layers), output, ring_size)
+
+    def captured(self, pos: int) -> np.ndarray:
+        """Captured features of context position pos: [n_layers, n_embd]."""
+        return self._core.captured(pos)
+
     def checkpoint(self) -> None:
         """Remember the recurrent state at the current length (hybrid models; e.g. at a turn
         boundary) so truncating back here is instant; a no-op for dense models."""

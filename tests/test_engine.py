@@ -342,3 +342,39 @@ def test_hybrid_checkpoint_makes_truncate_cheap(hybrid_model):
     fresh.truncate(0)
     fresh.prefill(a[:10] + b[:5])
     assert eng.step().tokens == fresh.step().tokens
+
+
+def test_hidden_state_capture_conventions_and_rollback(tmp_path):
+    """Captured features: layer 0's input is the token embedding, layer L's output equals layer
+    L+1's input, and after verify/commit(k) every position equals a fresh engine's capture."""
+    import gguf
+
+    path = write_tiny_gguf(tmp_path / "cap.gguf", TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=32, seed=9))
+    model = Model(path, device=DEVICE, n_threads=THREADS)
+    embd = next(t for t in gguf.GGUFReader(path).tensors if t.name == "token_embd.weight").data
+    p, t = prompt(12, 1), prompt(6, 2)
+
+    inputs = Engine(model, n_ctx=256)
+    inputs.set_capture([0, 2, 3], ring_size=64)
+    inputs.prefill(p)
+    outputs = Engine(model, n_ctx=256)
+    outputs.set_capture([1, 2], output=True, ring_size=64)
+    outputs.prefill(p)
+    for pos in range(len(p)):
+        a, b = inputs.captured(pos), outputs.captured(pos)
+        np.testing.assert_array_equal(a[0], embd[p[pos]])
+        np.testing.assert_allclose(b, a[1:], rtol=0, atol=1e-5)   # out(1) = in(2), out(2) = in(3)
+
+    for k in (0, 3, 6):
+        inputs.truncate(len(p))
+        inputs.verify(t)
+        inputs.commit(k)
+        inputs.prefill([7, 8])
+        fresh = Engine(model, n_ctx=256)
+        fresh.set_capture([0, 2, 3], ring_size=64)
+        fresh.prefill(p + t[:k])
+        fresh.prefill([7, 8])
+        for pos in range(len(p) + k + 2):
+            np.testing.assert_allclose(inputs.captured(pos), fresh.captured(pos), rtol=0, atol=1e-5)
+    with pytest.raises(InvalidArgumentError, match="capture ring"):
+        inputs.captured(inputs.n_past)

@@ -197,6 +197,16 @@ LUCE_API luce_status luce_engine_checkpoint(luce_engine * engine);
 LUCE_API luce_status luce_engine_verify(luce_engine * engine, const int32_t * tokens, int32_t n);
 LUCE_API luce_status luce_engine_commit(luce_engine * engine, int32_t k);
 
+// Hidden-state capture (the features a DFlash draft reads). For each listed layer L the residual
+// stream is copied, for every evaluated token, into a ring of ring_size positions:
+// output_convention false = the input of layer L (llama.cpp's `dflash.target_layers`), true = the
+// output of layer L (`dflash.target_layer_ids`). n_layers = 0 turns capture off.
+LUCE_API luce_status luce_engine_set_capture(luce_engine * engine, const int32_t * layers, int32_t n_layers,
+                                             bool output_convention, int32_t ring_size);
+// Copies the captured features of context position pos ([n_layers][n_embd] floats) into out.
+// Fails when pos is not among the last ring_size committed positions.
+LUCE_API luce_status luce_engine_captured(const luce_engine * engine, int32_t pos, float * out);
+
 // Sets the cancel flag: a running or next prefill/step returns LUCE_ERR_CANCELLED at the next
 // graph boundary (on the CPU backend also between the nodes of a running graph). The flag is
 // cleared when that call returns; the context keeps every token committed before it.

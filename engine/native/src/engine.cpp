@@ -152,6 +152,10 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify)
     ggml_backend_tensor_set(g.tokens, toks, 0, size_t(n) * sizeof(int32_t));
     ggml_backend_tensor_set(g.pos, pos.data(), 0, pos.size() * sizeof(int32_t));
     ggml_backend_tensor_set(g.kv_idx, rows.data(), 0, rows.size() * sizeof(int64_t));
+    if (g.cap_idx) {
+        for (auto & r : rows) r %= kv_.capture.ring;
+        ggml_backend_tensor_set(g.cap_idx, rows.data(), 0, rows.size() * sizeof(int64_t));
+    }
 
     // Causal mask over the attended cells: token i sees cells 0..n_past+i.
     const int32_t n_kv = shape.n_kv;
@@ -396,6 +400,48 @@ void Engine::load_state(const std::vector<uint8_t> & in) {
             ggml_backend_tensor_set(t, in.data() + at, 0, ggml_nbytes(t));
             at += ggml_nbytes(t);
         }
+    }
+}
+
+void Engine::set_capture(const int32_t * layers, int32_t n, bool output_convention, int32_t ring) {
+    check_no_pending();
+    auto & cap = kv_.capture;
+    cap.reset();
+    graph_.reset();   // graphs change shape with the capture set
+    if (n <= 0) return;
+    if (ring <= 0) throw Error(LUCE_ERR_INVALID_ARG, "capture ring size must be positive");
+    for (int32_t i = 0; i < n; ++i) {
+        if (layers[i] < 0 || layers[i] >= m_.hp.n_layer) {
+            throw Error(LUCE_ERR_INVALID_ARG, "capture layer " + std::to_string(layers[i]) + " is outside 0.." +
+                                                  std::to_string(m_.hp.n_layer - 1));
+        }
+    }
+    ggml_init_params ip = {ggml_tensor_overhead() * size_t(n), nullptr, true};
+    cap.ctx = ggml_init(ip);
+    for (int32_t i = 0; i < n; ++i) {
+        cap.layers.push_back(layers[i]);
+        cap.rings.push_back(ggml_new_tensor_2d(cap.ctx, GGML_TYPE_F32, m_.hp.n_embd, ring));
+    }
+    cap.output_convention = output_convention;
+    cap.ring = ring;
+    cap.buffer = ggml_backend_alloc_ctx_tensors_from_buft(cap.ctx, ggml_backend_dev_buffer_type(m_.dev));
+    if (!cap.buffer) {
+        cap.reset();
+        throw Error(LUCE_ERR_MEMORY, "cannot allocate the hidden-state capture ring");
+    }
+    ggml_backend_buffer_clear(cap.buffer, 0);
+}
+
+void Engine::captured(int32_t pos, float * out) const {
+    const auto & cap = kv_.capture;
+    if (cap.layers.empty()) throw Error(LUCE_ERR_STATE, "hidden-state capture is off");
+    const int32_t committed = n_past() - pending_;
+    if (pos < 0 || pos >= committed || pos < committed - cap.ring) {
+        throw Error(LUCE_ERR_INVALID_ARG, "position " + std::to_string(pos) + " is not in the capture ring");
+    }
+    const size_t row = size_t(m_.hp.n_embd) * sizeof(float);
+    for (size_t i = 0; i < cap.rings.size(); ++i) {
+        ggml_backend_tensor_get(cap.rings[i], out + i * size_t(m_.hp.n_embd), size_t(pos % cap.ring) * row, row);
     }
 }
 

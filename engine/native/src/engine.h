@@ -29,6 +29,8 @@ public:
     void verify(const int32_t * tokens, int32_t n);   // see luce_engine_verify
     void commit(int32_t k);
     void checkpoint();
+    void set_capture(const int32_t * layers, int32_t n, bool output_convention, int32_t ring);
+    void captured(int32_t pos, float * out) const;
 
     const float * logits_row(int32_t i) const;
     int32_t n_logits() const { return n_logit_rows_; }

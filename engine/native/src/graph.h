@@ -31,6 +31,7 @@ struct ForwardGraph {
     ggml_tensor * kv_idx = nullptr;   // I64 [n_tokens]: cache rows written
     ggml_tensor * mask = nullptr;     // F16 [n_kv, n_tokens]: 0 = visible, -inf = hidden
     ggml_tensor * logits = nullptr;   // F32 [n_vocab, n_out]
+    ggml_tensor * cap_idx = nullptr;  // I64 [n_tokens]: capture ring rows (position mod ring), if capturing
     ~ForwardGraph();
 };
 
@@ -48,6 +49,9 @@ ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, const Model
                                const ForwardGraph & g, int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v);
 // Graph context, cgraph and the common inputs (positions: n_pos_per_token values per token).
 std::unique_ptr<ForwardGraph> new_forward_graph(const Model & m, GraphShape shape, int n_pos_per_token);
+// Copies x [E, n] into the capture ring of layer il when il is captured at this stage
+// (stage_output false: x is the layer's input; true: its output).
+void capture_hidden(ggml_context * ctx, ForwardGraph & g, const KvCache & kv, int il, bool stage_output, ggml_tensor * x);
 // Final norm + LM head over the last row (or all rows), marked as the graph's output.
 void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, ggml_tensor * x);
 

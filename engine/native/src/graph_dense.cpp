@@ -91,6 +91,20 @@ std::unique_ptr<ForwardGraph> new_forward_graph(const Model & m, GraphShape shap
     return g;
 }
 
+void capture_hidden(ggml_context * ctx, ForwardGraph & g, const KvCache & kv, int il, bool stage_output, ggml_tensor * x) {
+    const auto & cap = kv.capture;
+    if (cap.layers.empty() || cap.output_convention != stage_output) return;
+    for (size_t i = 0; i < cap.layers.size(); ++i) {
+        if (cap.layers[i] != il) continue;
+        if (!g.cap_idx) {
+            g.cap_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, g.shape.n_tokens);
+            ggml_set_input(g.cap_idx);
+            ggml_set_name(g.cap_idx, "inp_capture_idx");
+        }
+        ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, cap.rings[i], x, g.cap_idx));
+    }
+}
+
 void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, ggml_tensor * x) {
     const int64_t n = g.shape.n_tokens;
     if (!g.shape.logits_all && n > 1) x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], size_t(n - 1) * x->nb[1]);
@@ -115,6 +129,7 @@ std::unique_ptr<ForwardGraph> build_dense_graph(const Model & m, const KvCache &
     ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, g->tokens);
     for (int il = 0; il < hp.n_layer; ++il) {
         const LayerWeights & L = m.layers[size_t(il)];
+        capture_hidden(ctx, *g, kv, il, false, x);
         ggml_tensor * h = rms_norm_w(ctx, x, L.attn_norm, hp.rms_eps);
         ggml_tensor * q = ggml_reshape_3d(ctx, linear(ctx, L.wq, h, L.bq), D, hp.n_head, n);
         ggml_tensor * k = ggml_reshape_3d(ctx, linear(ctx, L.wk, h, L.bk), D, hp.n_head_kv, n);
@@ -127,6 +142,7 @@ std::unique_ptr<ForwardGraph> build_dense_graph(const Model & m, const KvCache &
         ggml_tensor * a = cached_attention(ctx, gf, m, kv, *g, il, q, k, v);
         x = ggml_add(ctx, linear(ctx, L.wo, a, L.bo), x);
         x = ggml_add(ctx, swiglu_ffn(ctx, L, rms_norm_w(ctx, x, L.ffn_norm, hp.rms_eps)), x);
+        capture_hidden(ctx, *g, kv, il, true, x);
     }
     finish_logits(ctx, *g, m, x);
     return g;

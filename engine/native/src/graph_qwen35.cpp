@@ -88,10 +88,12 @@ std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const KvCache 
     ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, g->tokens);
     for (int il = 0; il < hp.n_layer; ++il) {
         const LayerWeights & L = m.layers[size_t(il)];
+        capture_hidden(ctx, *g, kv, il, false, x);
         ggml_tensor * h = rms_norm_w(ctx, x, L.attn_norm, hp.rms_eps);
         h = hp.is_recurrent(il) ? delta_net(ctx, g->gf, m, kv, il, h, n, shape.verify) : gated_attention(ctx, g->gf, m, kv, *g, il, h, n);
         x = ggml_add(ctx, h, x);
         x = ggml_add(ctx, swiglu_ffn(ctx, L, rms_norm_w(ctx, x, L.ffn_norm, hp.rms_eps)), x);
+        capture_hidden(ctx, *g, kv, il, true, x);
     }
     finish_logits(ctx, *g, m, x);
     return g;

@@ -123,6 +123,16 @@ void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv
     if (rot_v) { auto h = hadamard_matrix(64); ggml_backend_tensor_set(rot_v, h.data(), 0, h.size() * 4); }
 }
 
+void KvCache::Capture::reset() {
+    if (buffer) ggml_backend_buffer_free(buffer);
+    if (ctx) ggml_free(ctx);
+    buffer = nullptr;
+    ctx = nullptr;
+    rings.clear();
+    layers.clear();
+    ring = 0;
+}
+
 void KvCache::clear_recurrent_state() {
     for (ggml_tensor * t : conv) if (t) ggml_backend_tensor_memset(t, 0, 0, ggml_nbytes(t));
     for (ggml_tensor * t : ssm) if (t) ggml_backend_tensor_memset(t, 0, 0, ggml_nbytes(t));

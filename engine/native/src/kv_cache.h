@@ -28,6 +28,18 @@ struct KvCache {
     // s tokens before the last).
     std::vector<ggml_tensor *> conv_hist, ssm_snap;
     int n_verify_max = 0;
+
+    // Hidden-state capture ring: one [n_embd, ring] tensor per captured layer.
+    struct Capture {
+        std::vector<int> layers;
+        bool output_convention = false;
+        int ring = 0;
+        std::vector<ggml_tensor *> rings;
+        ggml_context * ctx = nullptr;
+        ggml_backend_buffer_t buffer = nullptr;
+        void reset();
+        ~Capture() { reset(); }
+    } capture;
     ggml_tensor * rot_k = nullptr;   // [nrot, nrot] when K is quantized and rotation is on
     ggml_tensor * rot_v = nullptr;   // [64, 64] when V is quantized and rotation is on
     ggml_context * ctx = nullptr;

@@ -157,6 +157,21 @@ luce_status luce_engine_commit(luce_engine * e, int32_t k) {
     });
 }
 
+luce_status luce_engine_set_capture(luce_engine * e, const int32_t * layers, int32_t n, bool output_convention,
+                                    int32_t ring) {
+    return guarded([&] {
+        REQUIRE(e && (n <= 0 || layers), "engine and layers are required");
+        e->impl->set_capture(layers, n, output_convention, ring);
+    });
+}
+
+luce_status luce_engine_captured(const luce_engine * e, int32_t pos, float * out) {
+    return guarded([&] {
+        REQUIRE(e && out, "engine and out are required");
+        e->impl->captured(pos, out);
+    });
+}
+
 luce_status luce_engine_checkpoint(luce_engine * e) {
     return guarded([&] {
         REQUIRE(e, "engine is NULL");
