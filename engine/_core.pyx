@@ -40,7 +40,8 @@ def devices():
 
 
 cdef dict _plan_dict(luce_memory_plan * p):
-    return {"weights": p.weights, "kv_cache": p.kv_cache, "compute": p.compute, "outputs": p.outputs,
+    return {"weights": p.weights, "kv_cache": p.kv_cache, "recurrent": p.recurrent, "compute": p.compute,
+            "outputs": p.outputs,
             "total": p.total, "device_free": p.device_free, "n_ctx": p.n_ctx}
 
 
@@ -48,7 +49,7 @@ cdef class CoreModel:
     cdef luce_model * ptr
     cdef readonly str path
 
-    def __cinit__(self, str path, str device="auto", bint use_mmap=True, int n_threads=0):
+    def __cinit__(self, str path, str device="auto", bint use_mmap=True, int n_threads=0, bint plan_only=False):
         cdef luce_model_params params = luce_model_default_params()
         cdef bytes bpath = path.encode()
         cdef bytes bdev = device.encode()
@@ -56,6 +57,7 @@ cdef class CoreModel:
         params.device = bdev
         params.use_mmap = use_mmap
         params.n_threads = n_threads
+        params.plan_only = plan_only
         cdef luce_status st
         self.path = path
         with nogil:
@@ -78,12 +80,14 @@ cdef class CoreModel:
             "weight_bytes": luce_model_weight_bytes(self.ptr), "types": luce_model_type_summary(self.ptr).decode(),
         }
 
-    def plan(self, int n_ctx=0, int n_batch=512, str cache_type_k="f16", str cache_type_v="f16", bint kv_rotation=True):
+    def plan(self, int n_ctx=0, int n_batch=512, str cache_type_k="f16", str cache_type_v="f16", bint kv_rotation=True,
+             int n_verify_max=16, bint check=True):
         """Memory plan for an engine with these settings; raises InsufficientMemoryError if it does not fit."""
         cdef luce_engine_params ep = _engine_params(n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation)
         cdef luce_memory_plan plan
+        ep.n_verify_max = n_verify_max
         cdef luce_status st = luce_engine_plan(self.ptr, ep, &plan)
-        if st != LUCE_OK:
+        if st != LUCE_OK and not (st == LUCE_ERR_MEMORY and not check):
             raise_status(st)
         return _plan_dict(&plan)
 

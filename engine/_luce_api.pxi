@@ -33,6 +33,7 @@ cdef extern from "luce.h" nogil:
         pass
     ctypedef struct luce_model_params:
         const char * device
+        bint plan_only
         bint use_mmap
         int32_t n_threads
     luce_model_params luce_model_default_params()
@@ -68,6 +69,7 @@ cdef extern from "luce.h" nogil:
     ctypedef struct luce_memory_plan:
         uint64_t weights
         uint64_t kv_cache
+        uint64_t recurrent
         uint64_t compute
         uint64_t outputs
         uint64_t total

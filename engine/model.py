@@ -20,9 +20,12 @@ class Model:
     (ModelFormatError, ModelValidationError, UnsupportedModelError, ModelFileError).
     """
 
-    def __init__(self, path: str | os.PathLike, *, device: str = "auto", use_mmap: bool = True, n_threads: int = 0):
+    def __init__(self, path: str | os.PathLike, *, device: str = "auto", use_mmap: bool = True, n_threads: int = 0,
+                 plan_only: bool = False):
+        """plan_only: validate and size the file without loading weights (for `plan()`; an
+        Engine cannot be created on such a model)."""
         self.path = str(Path(path).expanduser())
-        self._core = _core.CoreModel(self.path, device, use_mmap, n_threads)
+        self._core = _core.CoreModel(self.path, device, use_mmap, n_threads, plan_only)
         self._info = self._core.info
 
     # -- metadata --------------------------------------------------------------------------
@@ -52,12 +55,13 @@ class Model:
         return ChatTemplate(tok.chat_template, bos_token=tok.bos_token, eos_token=tok.eos_token)
 
     def plan(self, *, n_ctx: int = 0, n_batch: int = 512, cache_type_k: str = "f16", cache_type_v: str = "f16",
-             kv_rotation: bool = True) -> dict:
+             kv_rotation: bool = True, n_verify_max: int = 16, check: bool = True) -> dict:
         """Memory an engine with these settings needs (bytes), without allocating it.
 
-        Raises InsufficientMemoryError with a suggestion when it does not fit the device.
+        Raises InsufficientMemoryError with a suggestion when it does not fit the device (unless
+        check=False, e.g. to plan for another machine).
         """
-        return self._core.plan(n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation)
+        return self._core.plan(n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation, n_verify_max, check)
 
     def __repr__(self) -> str:
         return f"Model({self.name!r}, arch={self.arch}, device={self.device}, {self.weight_types})"

@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="answer one question and exit (stream to stdout); '-' reads it from stdin")
     mode.add_argument("--plain", action="store_true", help="the plain prompt_toolkit chat loop (the default for now)")
     mode.add_argument("--plan", action="store_true", help="print the memory plan for these settings and exit")
+    mode.add_argument("--plan-memory", metavar="SIZE", default=None,
+                      help="with --plan: check the plan against a device of this size (e.g. 24GiB) instead of this machine")
 
     model = p.add_argument_group("model and engine")
     model.add_argument("--target", metavar="PATH", help="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
@@ -109,15 +111,27 @@ def _n_ctx(settings: config.EngineSettings, model) -> int:
 def print_plan(settings: config.EngineSettings) -> int:
     from luce_engine import InsufficientMemoryError, Model
 
-    model = Model(settings.target, device=settings.device, n_threads=settings.threads)
+    # Sizes come from the file's metadata: no weights are read, so planning a 27B model is instant.
+    model = Model(settings.target, device=settings.device, n_threads=settings.threads, plan_only=True)
     n_ctx = _n_ctx(settings, model)
+    budget = config.parse_bytes(settings.plan_memory) if settings.plan_memory else None
     try:
-        plan = model.plan(n_ctx=n_ctx, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v)
+        plan = model.plan(n_ctx=n_ctx, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
+                          check=budget is None)
     except InsufficientMemoryError as e:
         return _fail(str(e))
-    print(f"memory plan for {model.name} on {model.device} "
+    where = f"a {config.human_bytes(budget)} device" if budget else model.device
+    print(f"memory plan for {model.name} on {where} "
           f"(n_ctx {n_ctx}, KV {settings.cache_type_k}/{settings.cache_type_v}):")
+    if budget:
+        plan = {k: v for k, v in plan.items() if k != "device_free"}
     print(config.format_plan(plan))
+    if budget is not None:
+        need = plan["total"] - plan.get("outputs", 0)   # host logits live in system memory
+        if need > budget:
+            return _fail(f"does not fit: needs {config.human_bytes(need)} of {config.human_bytes(budget)}; "
+                         "lower --max-ctx or use a smaller --cache-type-k/-v")
+        print(f"  fits: {config.human_bytes(budget - need)} to spare")
     return 0
 
 

@@ -32,6 +32,7 @@ class EngineSettings:
     target: str
     device: str = "auto"
     threads: int = 0
+    plan_memory: str | None = None      # --plan-memory: plan for a device of this size
     max_ctx: int = DEFAULT_MAX_CTX
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
@@ -50,6 +51,7 @@ def engine_settings(args) -> EngineSettings:
         target = default_model_path()   # may raise ModelFileError: the caller reports it
     return EngineSettings(target=str(target), device=args.device, threads=args.threads,
                           max_ctx=args.max_ctx or DEFAULT_MAX_CTX, max_ctx_given=args.max_ctx is not None,
+                          plan_memory=getattr(args, "plan_memory", None),
                           cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v)
 
 
@@ -107,9 +109,20 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def parse_bytes(text: str) -> int:
+    """'24GiB', '24G', '512MiB', '1e9' -> bytes (binary units for K/M/G/T with or without 'iB')."""
+    t = text.strip().lower().replace(" ", "")
+    for suffix, mult in (("tib", 2**40), ("gib", 2**30), ("mib", 2**20), ("kib", 2**10),
+                         ("t", 2**40), ("g", 2**30), ("m", 2**20), ("k", 2**10), ("b", 1)):
+        if t.endswith(suffix):
+            return int(float(t[: -len(suffix)]) * mult)
+    return int(float(t))
+
+
 def format_plan(plan: dict) -> str:
     """The memory plan as aligned lines in human units."""
-    rows = [(k, plan[k]) for k in ("weights", "kv_cache", "compute", "outputs", "total") if k in plan]
+    rows = [(k, plan[k]) for k in ("weights", "kv_cache", "recurrent", "compute", "outputs", "total")
+            if k in plan and (plan[k] or k != "recurrent")]
     lines = [f"  {k:<12}{human_bytes(v):>12}" for k, v in rows]
     if plan.get("device_free"):
         lines.append(f"  {'device free':<12}{human_bytes(plan['device_free']):>12}")

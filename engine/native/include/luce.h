@@ -60,6 +60,7 @@ typedef struct luce_model luce_model;
 
 typedef struct luce_model_params {
     const char * device;   // "auto" (first GPU, else CPU), "cpu", "cuda:N", or a device name ("CUDA0")
+    bool plan_only;        // validate and describe the file, allocate and read no weights (for planning)
     bool use_mmap;         // CPU: map the file instead of copying it (default true)
     int32_t n_threads;     // CPU threads; <= 0 picks the number of cores
 } luce_model_params;
@@ -107,7 +108,8 @@ LUCE_API luce_engine_params luce_engine_default_params(void);
 // What an engine needs, planned before anything is allocated.
 typedef struct luce_memory_plan {
     uint64_t weights;        // model weights (on the device; mmap'd for CPU)
-    uint64_t kv_cache;       // K and V for all layers at n_ctx
+    uint64_t kv_cache;       // K and V of the attention layers at n_ctx
+    uint64_t recurrent;      // hybrid models: DeltaNet states + rollback buffers for verification
     uint64_t compute;        // scratch for the largest graph (estimate before creation, measured after)
     uint64_t outputs;        // host logits buffers
     uint64_t total;

@@ -33,7 +33,8 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     luce_memory_plan plan{};
     plan.n_ctx = p.n_ctx;
     plan.weights = m.weight_bytes;
-    plan.kv_cache = KvCache::bytes_needed(hp, p.n_ctx, tk, tv, p.n_verify_max);
+    plan.kv_cache = KvCache::attention_bytes(hp, p.n_ctx, tk, tv);
+    plan.recurrent = hp.hybrid() ? KvCache::recurrent_bytes(hp, p.n_verify_max) : 0;
     // Scratch of the largest graph (one micro-batch attending the full cache): live activations,
     // the mask, and on GPUs the F16 copy of a quantized K/V that batched attention makes.
     const uint64_t nb = uint64_t(p.n_batch), E = uint64_t(hp.n_embd), F = uint64_t(hp.n_ff);
@@ -42,7 +43,7 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     if (!device_is_cpu(m.dev) && (ggml_is_quantized(tk) || ggml_is_quantized(tv))) compute += 2 * uint64_t(p.n_ctx) * KVD * 2;
     plan.compute = compute;
     plan.outputs = uint64_t(hp.n_vocab) * 4 * nb;
-    plan.total = plan.weights + plan.kv_cache + plan.compute + plan.outputs;
+    plan.total = plan.weights + plan.kv_cache + plan.recurrent + plan.compute + plan.outputs;
     size_t free_b = 0, total_b = 0;
     ggml_backend_dev_memory(m.dev, &free_b, &total_b);
     plan.device_free = free_b;
@@ -51,7 +52,7 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
 
 static void check_plan_fits(const Model & m, const luce_engine_params & p, const luce_memory_plan & plan) {
     // Weights are already resident (or file-backed page cache on CPU): the engine needs the rest.
-    const uint64_t need = plan.kv_cache + plan.compute + (device_is_cpu(m.dev) ? plan.outputs : 0);
+    const uint64_t need = plan.kv_cache + plan.recurrent + plan.compute + (device_is_cpu(m.dev) ? plan.outputs : 0);
     if (plan.device_free == 0 || need <= plan.device_free) return;
     const uint64_t per_token = KvCache::bytes_needed(m.hp, 1, cache_ggml_type(p.type_k), cache_ggml_type(p.type_v));
     const uint64_t spare = plan.device_free > plan.compute ? plan.device_free - plan.compute : 0;
@@ -65,6 +66,7 @@ static void check_plan_fits(const Model & m, const luce_engine_params & p, const
 }
 
 Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) {
+    if (!m_.buffer) throw Error(LUCE_ERR_STATE, "this model was opened for planning only (no weights loaded)");
     params_ = normalized(m_, params_in);
     plan_ = plan_memory(m_, params_);
     check_plan_fits(m_, params_, plan_);
@@ -111,7 +113,7 @@ void Engine::reserve_worst_case() {
         compute += ggml_backend_sched_get_buffer_size(sched_, ggml_backend_sched_get_backend(sched_, i));
     }
     plan_.compute = compute;   // measured now
-    plan_.total = plan_.weights + plan_.kv_cache + plan_.compute + plan_.outputs;
+    plan_.total = plan_.weights + plan_.kv_cache + plan_.recurrent + plan_.compute + plan_.outputs;
 }
 
 void Engine::check_cancel() {

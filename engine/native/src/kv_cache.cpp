@@ -49,6 +49,19 @@ static std::vector<float> hadamard_matrix(int n) {
     return h;
 }
 
+uint64_t KvCache::attention_bytes(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv) {
+    const int64_t row = int64_t(hp.head_dim) * hp.n_head_kv;
+    uint64_t total = 0;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (!hp.is_recurrent(il)) total += uint64_t(n_ctx) * (ggml_row_size(tk, row) + ggml_row_size(tv, row));
+    }
+    return total;
+}
+
+uint64_t KvCache::recurrent_bytes(const HParams & hp, int n_verify_max) {
+    return bytes_needed(hp, 0, GGML_TYPE_F16, GGML_TYPE_F16, n_verify_max);
+}
+
 uint64_t KvCache::bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv, int n_verify_max) {
     const int64_t row = int64_t(hp.head_dim) * hp.n_head_kv;
     uint64_t total = 0;

@@ -46,6 +46,8 @@ struct KvCache {
     ggml_backend_buffer_t buffer = nullptr;
 
     static uint64_t bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv, int n_verify_max = 0);
+    static uint64_t attention_bytes(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv);
+    static uint64_t recurrent_bytes(const HParams & hp, int n_verify_max);   // states + rollback buffers
     void clear_recurrent_state();   // zero the DeltaNet states (start of a context)
     void allocate(const Model & m, int n_ctx, ggml_type tk, ggml_type tv, bool rotate, int n_verify_max);   // throws
     ~KvCache();

@@ -34,6 +34,7 @@ luce_model_params luce_model_default_params(void) {
     p.device = "auto";
     p.use_mmap = true;
     p.n_threads = 0;
+    p.plan_only = false;
     return p;
 }
 
@@ -41,7 +42,8 @@ luce_status luce_model_load(const char * path, luce_model_params params, luce_mo
     if (out) *out = nullptr;
     return guarded([&] {
         REQUIRE(path && out, "luce_model_load: path and out are required");
-        auto m = luce::load_model(path, params.device ? params.device : "auto", params.use_mmap, params.n_threads);
+        auto m = luce::load_model(path, params.device ? params.device : "auto", params.use_mmap, params.n_threads,
+                                  !params.plan_only);
         *out = new luce_model{std::move(m)};
     });
 }
@@ -74,7 +76,7 @@ luce_status luce_engine_plan(const luce_model * model, luce_engine_params params
     return guarded([&] {
         REQUIRE(model && plan, "luce_engine_plan: model and plan are required");
         *plan = luce::plan_memory(*model->impl, params);
-        const uint64_t need = plan->kv_cache + plan->compute;
+        const uint64_t need = plan->kv_cache + plan->recurrent + plan->compute;
         if (plan->device_free && need > plan->device_free) {
             throw Error(LUCE_ERR_MEMORY, "the plan needs " + luce::format_bytes(need) + " besides the weights but " +
                                              model->impl->device_name + " has " + luce::format_bytes(plan->device_free) + " free");

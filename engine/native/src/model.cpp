@@ -80,7 +80,8 @@ static std::string summarize_types(const std::vector<TensorLoader::Entry> & entr
     return s;
 }
 
-std::unique_ptr<Model> load_model(const std::string & path, const std::string & device, bool use_mmap, int n_threads) {
+std::unique_ptr<Model> load_model(const std::string & path, const std::string & device, bool use_mmap, int n_threads,
+                                  bool load_weights) {
     auto m = std::make_unique<Model>();
     m->path = path;
     m->file = std::make_unique<GgufFile>(path);
@@ -115,6 +116,7 @@ std::unique_ptr<Model> load_model(const std::string & path, const std::string & 
         m->n_params += uint64_t(ggml_nelements(e.tensor));
     }
     m->type_summary = summarize_types(tl.entries());
+    if (!load_weights) return m;   // planning: sizes are known, nothing is allocated or read
 
     if (device_is_cpu(m->dev) && use_mmap) {
         // Weights stay in the page cache: the CPU buffer is a window onto the mapping.

@@ -78,7 +78,8 @@ struct Model {
 };
 
 // Loads and validates; throws luce::Error.
-std::unique_ptr<Model> load_model(const std::string & path, const std::string & device, bool use_mmap, int n_threads);
+std::unique_ptr<Model> load_model(const std::string & path, const std::string & device, bool use_mmap, int n_threads,
+                                  bool load_weights = true);
 
 // Per-architecture hooks (arch_llama.cpp, arch_qwen3.cpp).
 void llama_load_hparams(const GgufFile & f, HParams & hp);
