@@ -41,6 +41,15 @@ class LucePeer:
         self.engine.prefill(tokens)
         return time.perf_counter() - t0
 
+    def verify_seconds(self, prompt: list[int], batch: list[int]) -> float:
+        """verify(batch) after the prompt; commit(0) (the rollback) is not timed."""
+        self.prefill_seconds(prompt)
+        t0 = time.perf_counter()
+        self.engine.verify(batch)
+        secs = time.perf_counter() - t0
+        self.engine.commit(0)
+        return secs
+
     def decode_seconds(self, prompt: list[int], n: int) -> tuple[float, list[int]]:
         self.prefill_seconds(prompt)
         out = []
@@ -63,6 +72,8 @@ def main() -> int:
     ap.add_argument("--decode-tokens", type=int, default=128)
     ap.add_argument("--prompt-tokens", type=int, default=32, help="prompt before the timed decode")
     ap.add_argument("--prefill", default="512", help="comma-separated prefill lengths")
+    ap.add_argument("--verify", default="", help="comma-separated batch sizes n: cost of verifying n tokens "
+                                                  "in one batch, relative to one decode step (n <= 16)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -102,6 +113,16 @@ def main() -> int:
             prefill[name][n] = statistics.median(runs[name])
 
     med = {k: statistics.median(v) for k, v in decode.items()}
+    verify = {k: {} for k in peers}
+    for n in [int(x) for x in args.verify.split(",") if x]:
+        batch = synthetic_tokens(n, n_vocab, seed=100 + n)
+        runs = {k: [] for k in peers}
+        for _ in range(max(3, args.repeats)):
+            for name, p in peers.items():
+                runs[name].append(p.verify_seconds(prompt, batch) * 1e3)
+        for name in peers:   # milliseconds, and in units of one decode step
+            ms = statistics.median(runs[name])
+            verify[name][n] = {"ms": ms, "decode_steps": ms / (1e3 / med[name])}
     result = {
         "model": ours.model.name, "path": path, "weights": ours.model.weight_types, "device": args.device,
         "backend_device": ours.model.device, "threads": args.threads, "host": platform.node(),
@@ -109,6 +130,7 @@ def main() -> int:
         "decode_tok_s": med, "decode_runs": decode, "decode_ratio": med["luce"] / med["llama.cpp"],
         "greedy_tokens_identical": same_tokens,
         "prefill_tok_s": prefill,
+        "verify": verify,
         "prefill_ratio": {n: prefill["luce"][n] / prefill["llama.cpp"][n] for n in prefill_lengths},
     }
     out = Path(args.json) if args.json else Path(__file__).resolve().parent / "results" / (
@@ -122,6 +144,10 @@ def main() -> int:
     for n in prefill_lengths:
         print(f"{f'prefill {n} tok/s':<22}{prefill['luce'][n]:>12.1f}{prefill['llama.cpp'][n]:>12.1f}"
               f"{result['prefill_ratio'][n]:>9.3f}")
+    for n in verify["luce"]:
+        a, b = verify["luce"][n], verify["llama.cpp"][n]
+        print(f"{f'verify {n} ms (steps)':<22}{a['ms']:>7.1f} ({a['decode_steps']:.1f}){b['ms']:>6.1f} ({b['decode_steps']:.1f})"
+              f"{b['ms'] / a['ms']:>6.2f}x")
     print(f"greedy tokens identical: {same_tokens}   json: {out}")
     return 0
 

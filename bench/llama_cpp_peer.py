@@ -33,6 +33,14 @@ class LlamaCppPeer:
         llama_cpp.llama_synchronize(self.ctx)
         return time.perf_counter() - t0
 
+    def verify_seconds(self, prompt: list[int], batch: list[int]) -> float:
+        """Cost of evaluating `batch` in one llama_decode after the prompt (a verification step)."""
+        self.prefill_seconds(prompt)
+        t0 = time.perf_counter()
+        self._decode(batch)
+        llama_cpp.llama_synchronize(self.ctx)
+        return time.perf_counter() - t0
+
     def decode_seconds(self, prompt: list[int], n: int) -> tuple[float, list[int]]:
         """Greedy-decode n tokens after the prompt; returns (seconds for the n steps, tokens)."""
         self.prefill_seconds(prompt)

@@ -17,3 +17,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu
 # modules (seen with the gguf package and pytest's plugins) its CUDA model load segfaults.
 LUCE_TEST_DEVICE=cuda:0 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_parity.py', 'tests/test_engine.py', '-q', '-p', 'no:cacheprovider']))" 2>&1 | tee "$OUT/parity_cuda.txt" | tail -5
 python3 bench/bench_engine.py --device cuda:0 --threads 8 --prefill 512,4096 --repeats 5 --json "$OUT/bench_cuda.json" 2>&1 | tee "$OUT/bench_cuda.txt" | tail -8
+# Qwen3.6-27B-shaped Q4_K_M (random weights; copy ../shared/tools/make_random_gguf.py into .device/
+# before the run): decode, prefill and verify cost against llama.cpp on the same file.
+if [ -f .device/make_random_gguf.py ]; then
+  [ -f /tmp/q27.gguf ] || python3 .device/make_random_gguf.py --arch qwen35 --preset 27b --out /tmp/q27.gguf > "$OUT/q27_write.txt" 2>&1
+  python3 bench/bench_engine.py --model /tmp/q27.gguf --device cuda:0 --threads 8 --decode-tokens 64 --repeats 3 \
+    --prefill 512,8192,32768 --verify 1,2,4,8,16 --json "$OUT/bench_q27_cuda.json" 2>&1 | tee "$OUT/bench_q27_cuda.txt" | tail -12
+fi
