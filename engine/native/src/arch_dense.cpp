@@ -53,21 +53,25 @@ void qwen3_load_hparams(const GgufFile & f, HParams & hp) {
     hp.qk_norm = true;
 }
 
+void declare_embeddings(TensorLoader & tl, Model & m) {
+    HParams & hp = m.hp;
+    const int64_t E = hp.n_embd;
+    // The vocabulary size is whatever token_embd says.
+    const GgufFile & f = *m.file;
+    ggml_tensor * te = f.tensor_meta("token_embd.weight");
+    if (!te) f.fail(LUCE_ERR_MODEL, "missing tensor token_embd.weight");
+    hp.n_vocab = int(te->ne[1]);
+    m.tok_embd = tl.require("token_embd.weight", {E, hp.n_vocab});
+    m.output_norm = tl.require("output_norm.weight", {E});
+    m.output = tl.optional("output.weight", {E, hp.n_vocab});
+    if (!m.output) m.output = m.tok_embd;   // tied LM head
+}
+
 void dense_declare_tensors(TensorLoader & tl, Model & m) {
     HParams & hp = m.hp;
     const int64_t E = hp.n_embd, D = hp.head_dim, Q = int64_t(hp.n_head) * D, KV = int64_t(hp.n_head_kv) * D, F = hp.n_ff;
 
-    // The vocabulary size is whatever token_embd says; check its width first for a clear message.
-    {
-        const GgufFile & f = *m.file;
-        ggml_tensor * te = f.tensor_meta("token_embd.weight");
-        if (!te) f.fail(LUCE_ERR_MODEL, "missing tensor token_embd.weight");
-        hp.n_vocab = int(te->ne[1]);
-        m.tok_embd = tl.require("token_embd.weight", {E, hp.n_vocab});
-    }
-    m.output_norm = tl.require("output_norm.weight", {E});
-    m.output = tl.optional("output.weight", {E, hp.n_vocab});
-    if (!m.output) m.output = m.tok_embd;   // tied LM head
+    declare_embeddings(tl, m);
     if (hp.arch == "llama") m.rope_freqs = tl.optional("rope_freqs.weight", {D / 2});
 
     m.layers.resize(size_t(hp.n_layer));

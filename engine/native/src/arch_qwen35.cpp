@@ -53,13 +53,7 @@ void qwen35_declare_tensors(TensorLoader & tl, Model & m) {
     const int64_t S = hp.ssm_state, Hv = hp.ssm_heads, Di = Hv * S, C = hp.conv_channels();
 
     const GgufFile & f = *m.file;
-    ggml_tensor * te = f.tensor_meta("token_embd.weight");
-    if (!te) f.fail(LUCE_ERR_MODEL, "missing tensor token_embd.weight");
-    hp.n_vocab = int(te->ne[1]);
-    m.tok_embd = tl.require("token_embd.weight", {E, hp.n_vocab});
-    m.output_norm = tl.require("output_norm.weight", {E});
-    m.output = tl.optional("output.weight", {E, hp.n_vocab});
-    if (!m.output) m.output = m.tok_embd;
+    declare_embeddings(tl, m);
 
     m.layers.resize(size_t(hp.n_layer));
     for (int il = 0; il < hp.n_layer; ++il) {

@@ -84,6 +84,7 @@ std::unique_ptr<Model> load_model(const std::string & path, const std::string & 
 // Per-architecture hooks (arch_llama.cpp, arch_qwen3.cpp).
 void llama_load_hparams(const GgufFile & f, HParams & hp);
 void qwen3_load_hparams(const GgufFile & f, HParams & hp);
+void declare_embeddings(TensorLoader & tl, Model & m);   // token_embd, output_norm, output (or tied)
 void dense_declare_tensors(TensorLoader & tl, Model & m);
 void qwen35_load_hparams(const GgufFile & f, HParams & hp);
 void qwen35_declare_tensors(TensorLoader & tl, Model & m);
