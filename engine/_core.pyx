@@ -17,6 +17,12 @@ from luce_engine.errors import STATUS_ERRORS, EngineError
 CACHE_TYPES = {"f16": LUCE_CACHE_F16, "q8_0": LUCE_CACHE_Q8_0, "q4_0": LUCE_CACHE_Q4_0}
 
 
+cdef inline int _check(luce_status st) except -1:
+    if st != LUCE_OK:
+        raise_status(st)
+    return 0
+
+
 cdef raise_status(luce_status st):
     msg = luce_last_error().decode("utf-8", "replace")
     raise STATUS_ERRORS.get(<int>st, EngineError)(msg or f"luce error {<int>st}")
@@ -62,8 +68,7 @@ cdef class CoreModel:
         self.path = path
         with nogil:
             st = luce_model_load(cpath, params, &self.ptr)
-        if st != LUCE_OK:
-            raise_status(st)
+        _check(st)
 
     def __dealloc__(self):
         if self.ptr is not NULL:
@@ -150,8 +155,7 @@ cdef class CoreEngine:
         self.n_vocab = luce_model_n_vocab(model.ptr)
         with nogil:
             st = luce_engine_create(model.ptr, ep, &self.ptr)
-        if st != LUCE_OK:
-            raise_status(st)
+        _check(st)
 
     def __dealloc__(self):
         if self.ptr is not NULL:
@@ -175,8 +179,7 @@ cdef class CoreEngine:
             st = luce_engine_prefill(self.ptr, &buf[0], n, logits_all, cb, &ctx)
         if errors:
             raise errors[0]
-        if st != LUCE_OK:
-            raise_status(st)
+        _check(st)
 
     def logits(self, int i=-1):
         """Copy of logits row i of the last evaluation (float32 [n_vocab])."""
@@ -198,8 +201,7 @@ cdef class CoreEngine:
         cdef luce_status st
         with nogil:
             st = luce_engine_sample(self.ptr, &params.p, i, &tok)
-        if st != LUCE_OK:
-            raise_status(st)
+        _check(st)
         return tok
 
     def set_seed(self, uint64_t seed):
@@ -211,8 +213,7 @@ cdef class CoreEngine:
         cdef luce_status st
         with nogil:
             st = luce_engine_step(self.ptr, &params.p, &r)
-        if st != LUCE_OK:
-            raise_status(st)
+        _check(st)
         toks = [r.tokens[i] for i in range(r.n_tokens)]
         prov = [r.provenance[i] for i in range(r.n_tokens)]
         return toks, prov, r.n_drafted, r.n_accepted, r.sample_ms, r.decode_ms
@@ -225,45 +226,39 @@ cdef class CoreEngine:
             raise ValueError("verify needs at least one token")
         with nogil:
             st = luce_engine_verify(self.ptr, &buf[0], n)
-        if st != LUCE_OK:
-            raise_status(st)
+        _check(st)
 
     def commit(self, int k):
         cdef luce_status st
         with nogil:
             st = luce_engine_commit(self.ptr, k)
-        if st != LUCE_OK:
-            raise_status(st)
+        _check(st)
 
     def set_capture(self, layers, bint output_convention=False, int ring_size=4096):
         cdef int32_t[::1] buf = np.ascontiguousarray(list(layers) or [0], dtype=np.int32)
         cdef int32_t n = len(layers)
         cdef luce_status st = luce_engine_set_capture(self.ptr, &buf[0], n, output_convention, ring_size)
-        if st != LUCE_OK:
-            raise_status(st)
+        _check(st)
         self.n_capture = n
 
     def captured(self, int pos):
         out = np.empty((max(self.n_capture, 1), luce_model_n_embd(self.model.ptr)), dtype=np.float32)
         cdef float[:, ::1] view = out
         cdef luce_status st = luce_engine_captured(self.ptr, pos, &view[0, 0])
-        if st != LUCE_OK:
-            raise_status(st)
+        _check(st)
         return out
 
     def checkpoint(self):
         cdef luce_status st
         with nogil:
             st = luce_engine_checkpoint(self.ptr)
-        if st != LUCE_OK:
-            raise_status(st)
+        _check(st)
 
     def truncate(self, int n):
         cdef luce_status st
         with nogil:
             st = luce_engine_truncate(self.ptr, n)
-        if st != LUCE_OK:
-            raise_status(st)
+        _check(st)
 
     def cancel(self):
         with nogil:
@@ -306,6 +301,5 @@ cdef class CoreEngine:
     def memory_plan(self):
         cdef luce_memory_plan p
         cdef luce_status st = luce_engine_memory_plan(self.ptr, &p)
-        if st != LUCE_OK:
-            raise_status(st)
+        _check(st)
         return _plan_dict(&p)

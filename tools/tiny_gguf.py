@@ -211,6 +211,18 @@ def _read_tokenizer(path: str, _mtime: float) -> tuple[list, int]:
 
 # ---------------------------------------------------------------- weights
 
+def _random_makers(rng):
+    """mat(n_in, n_out, scale): a ggml ne [n_in, n_out] matrix ~ N(0, scale²/n_in);
+    norm(n): norm weights around 1. Both draw from rng in call order (files stay deterministic)."""
+    def mat(n_in, n_out, scale=1.0):
+        return (rng.standard_normal((n_out, n_in)) * (scale / np.sqrt(n_in))).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    return mat, norm
+
+
 def _tensors(cfg: TinyConfig, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
     """(name, float32 array in numpy order = reversed ggml ne, is_matrix) in file order.
     Scales (tuned with llama.cpp greedy runs over several seeds):
@@ -230,11 +242,7 @@ def _tensors(cfg: TinyConfig, n_vocab: int) -> list[tuple[str, np.ndarray, bool]
     depth = 1.0 / np.sqrt(2 * cfg.n_layer)
     emb = 0.1 if cfg.tied_output else np.sqrt(E)
 
-    def mat(n_in, n_out, scale=1.0):  # ggml ne [n_in, n_out]
-        return (rng.standard_normal((n_out, n_in)) * (scale / np.sqrt(n_in))).astype(np.float32)
-
-    def norm(n):
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    mat, norm = _random_makers(rng)
 
     out = [("token_embd.weight", mat(E, n_vocab, emb), True)]
     for i in range(cfg.n_layer):
@@ -283,11 +291,7 @@ def _tensors_qwen35(cfg: TinyConfig, n_vocab: int) -> list[tuple[str, np.ndarray
     depth = 1.0 / np.sqrt(2 * cfg.n_layer)
     emb = 0.1 if cfg.tied_output else np.sqrt(E)
 
-    def mat(n_in, n_out, scale=1.0):  # ggml ne [n_in, n_out]
-        return (rng.standard_normal((n_out, n_in)) * (scale / np.sqrt(n_in))).astype(np.float32)
-
-    def norm(n):
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    mat, norm = _random_makers(rng)
 
     def attention(p):  # gated full attention (trunk layer or MTP block)
         return [
