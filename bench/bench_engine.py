@@ -30,9 +30,10 @@ from luce_engine import Engine, Model, Sampling  # noqa: E402
 
 
 class LucePeer:
-    def __init__(self, path: str, *, device: str, n_ctx: int, n_threads: int, n_batch: int = 512):
+    def __init__(self, path: str, *, device: str, n_ctx: int, n_threads: int, n_batch: int = 512,
+                 n_verify_max: int = 16):
         self.model = Model(path, device=device, n_threads=n_threads)
-        self.engine = Engine(self.model, n_ctx=n_ctx, n_batch=n_batch)
+        self.engine = Engine(self.model, n_ctx=n_ctx, n_batch=n_batch, n_verify_max=n_verify_max)
         self.greedy = Sampling()
 
     def prefill_seconds(self, tokens: list[int]) -> float:
@@ -73,7 +74,7 @@ def main() -> int:
     ap.add_argument("--prompt-tokens", type=int, default=32, help="prompt before the timed decode")
     ap.add_argument("--prefill", default="512", help="comma-separated prefill lengths")
     ap.add_argument("--verify", default="", help="comma-separated batch sizes n: cost of verifying n tokens "
-                                                  "in one batch, relative to one decode step (n <= 16)")
+                                                  "in one batch, relative to one decode step (n <= 64)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -82,7 +83,9 @@ def main() -> int:
     gpu = args.device != "cpu"
     prefill_lengths = [int(x) for x in args.prefill.split(",") if x]
     n_ctx = max(prefill_lengths + [args.prompt_tokens + args.decode_tokens]) + 256
-    ours = LucePeer(path, device=args.device, n_ctx=n_ctx, n_threads=args.threads)
+    verify_sizes = [int(x) for x in args.verify.split(",") if x]
+    ours = LucePeer(path, device=args.device, n_ctx=n_ctx, n_threads=args.threads,
+                    n_verify_max=max(verify_sizes + [16]))
     theirs = LlamaCppPeer(path, n_ctx=n_ctx, n_threads=args.threads, gpu=gpu)
     n_vocab = ours.model.n_vocab
     peers = {"luce": ours, "llama.cpp": theirs}
@@ -114,7 +117,7 @@ def main() -> int:
 
     med = {k: statistics.median(v) for k, v in decode.items()}
     verify = {k: {} for k in peers}
-    for n in [int(x) for x in args.verify.split(",") if x]:
+    for n in verify_sizes:
         batch = synthetic_tokens(n, n_vocab, seed=100 + n)
         runs = {k: [] for k in peers}
         for _ in range(max(3, args.repeats)):

@@ -148,9 +148,10 @@ cdef class CoreEngine:
     cdef int n_capture
 
     def __cinit__(self, CoreModel model, int n_ctx=0, int n_batch=512, str cache_type_k="f16",
-                  str cache_type_v="f16", bint kv_rotation=True):
+                  str cache_type_v="f16", bint kv_rotation=True, int n_verify_max=16):
         cdef luce_engine_params ep = _engine_params(n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation)
         cdef luce_status st
+        ep.n_verify_max = n_verify_max
         self.model = model
         self.n_vocab = luce_model_n_vocab(model.ptr)
         with nogil:

@@ -26,8 +26,10 @@ class StepResult:
 
     tokens/drafted: the committed tokens and, per token, whether it came from an accepted draft
     (always False without a draft model). text: the decoded text these tokens completed (held
-    back while a stop string may be forming). finish_reason is set on the last result of a
-    generation: "eos", "stop", "length", "context" or "cancelled".
+    back while a stop string may be forming). spans: the same text cut into runs, each with
+    whether the token that completed it was drafted (for highlighting; "".join of the span
+    texts == text). finish_reason is set on the last result of a generation: "eos", "stop",
+    "length", "context" or "cancelled".
     """
 
     tokens: list[int]
@@ -38,6 +40,7 @@ class StepResult:
     decode_ms: float = 0.0
     text: str = ""
     finish_reason: str | None = None
+    spans: list[tuple[str, bool]] = dataclasses.field(default_factory=list)
 
 
 class _StopMatcher:
@@ -76,10 +79,11 @@ class Engine:
     """
 
     def __init__(self, model: Model, *, n_ctx: int = 0, n_batch: int = 512, cache_type_k: str = "f16",
-                 cache_type_v: str = "f16", kv_rotation: bool = True):
+                 cache_type_v: str = "f16", kv_rotation: bool = True, n_verify_max: int = 16):
         self.model = model
         self.cache_type_k, self.cache_type_v = cache_type_k, cache_type_v
-        self._core = _core.CoreEngine(model._core, n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation)
+        self._core = _core.CoreEngine(model._core, n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation,
+                                      n_verify_max)
         self._lock = threading.Lock()
         self._native_cache: tuple[Sampling, _core.SamplingParams] | None = None
 
@@ -211,21 +215,23 @@ class Engine:
                     return
                 r = self.step(s)
                 produced += len(r.tokens)
-                text, reason = "", None
-                for t in r.tokens:
+                spans: list[tuple[str, bool]] = []
+                reason = None
+                for t, drafted in zip(r.tokens, r.drafted):
                     if t in eog:
                         reason = "eos"
                         break
                     piece, hit = matcher.feed(decoder.push(t))
-                    text += piece
+                    _add_span(spans, piece, drafted)
                     if hit:
                         reason = "stop"
                         break
                 if reason is None and produced >= max_tokens:
                     reason = "length"
                 if reason in ("eos", "length"):
-                    text += matcher.feed(decoder.flush())[0] + matcher.flush()
-                r.text, r.finish_reason = text, reason
+                    _add_span(spans, matcher.feed(decoder.flush())[0] + matcher.flush(), False)
+                r.spans = spans
+                r.text, r.finish_reason = "".join(t for t, _ in spans), reason
                 yield r
                 if reason:
                     return
@@ -234,6 +240,16 @@ class Engine:
 
 
 _GREEDY = Sampling()
+
+
+def _add_span(spans: list[tuple[str, bool]], text: str, drafted: bool) -> None:
+    """Appends text to the runs, merging it into the last run when the provenance is the same."""
+    if not text:
+        return
+    if spans and spans[-1][1] == drafted:
+        spans[-1] = (spans[-1][0] + text, drafted)
+    else:
+        spans.append((text, drafted))
 
 
 def _native(s: Sampling) -> _core.SamplingParams:
