@@ -192,10 +192,31 @@ cdef class CoreEngine:
     def all_logits(self):
         """Copy of every kept row: float32 [n_rows, n_vocab]."""
         cdef int32_t n = luce_engine_n_logits(self.ptr)
+        out = np.empty((n, self.n_vocab), dtype=np.float32)
         if n == 0:
-            return np.zeros((0, self.n_vocab), dtype=np.float32)
-        cdef const float * base = luce_engine_logits(self.ptr, 0)
-        return np.asarray(<const float[:n * self.n_vocab]> base).reshape(n, self.n_vocab).copy()
+            return out
+        cdef float[:, ::1] view = out
+        cdef luce_status st
+        with nogil:
+            st = luce_engine_copy_logits(self.ptr, 0, n, &view[0, 0])
+        _check(st)
+        return out
+
+    def argmax(self, int i=-1):
+        """Greedy token of logits row i (computed on the device; the row is not downloaded)."""
+        cdef int32_t tok = 0
+        _check(luce_engine_argmax(self.ptr, i, &tok))
+        return tok
+
+    def all_argmax(self):
+        """Greedy token of every kept row: int32 [n_rows]."""
+        cdef int32_t n = luce_engine_n_logits(self.ptr)
+        cdef int32_t tok = 0
+        out = np.empty(n, dtype=np.int32)
+        for i in range(n):
+            _check(luce_engine_argmax(self.ptr, i, &tok))
+            out[i] = tok
+        return out
 
     def sample(self, SamplingParams params, int i=-1):
         cdef int32_t tok = 0

@@ -82,8 +82,10 @@ cdef extern from "luce.h" nogil:
     ctypedef cbool (*luce_progress_cb)(int32_t done, int32_t total, void * user_data) noexcept
     luce_status luce_engine_prefill(luce_engine * engine, const int32_t * tokens, int32_t n_tokens,
                                     bint logits_all, luce_progress_cb progress, void * user_data)
-    const float * luce_engine_logits(const luce_engine * engine, int32_t i)
+    const float * luce_engine_logits(luce_engine * engine, int32_t i)
     int32_t luce_engine_n_logits(const luce_engine * engine)
+    luce_status luce_engine_copy_logits(luce_engine * engine, int32_t first, int32_t n, float * out) nogil
+    luce_status luce_engine_argmax(const luce_engine * engine, int32_t i, int32_t * token)
 
     ctypedef struct luce_sampling_params:
         float temperature

@@ -149,15 +149,20 @@ class Engine:
             toks, prov, n_drafted, n_accepted, sample_ms, decode_ms = self._core.step(self._native_params(s))
         return StepResult(toks, [p == 1 for p in prov], n_drafted, n_accepted, sample_ms, decode_ms)
 
-    def verify(self, tokens: Sequence[int]) -> np.ndarray:
-        """Evaluate up to n_verify_max provisional tokens in one batch; returns their logits [n, n_vocab].
+    def verify(self, tokens: Sequence[int], *, logits: bool = True) -> np.ndarray:
+        """Evaluate up to n_verify_max provisional tokens in one batch; returns their logits [n, n_vocab]
+        (with logits=False only each row's greedy token, int32 [n]: nothing large is downloaded).
 
         Follow with commit(k) to keep the first k of them (the rest are rolled back, recurrent
         state included, without recomputation).
         """
         with self._lock:
             self._core.verify(np.asarray(list(tokens), dtype=np.int32))
-            return self._core.all_logits()
+            return self._core.all_logits() if logits else self._core.all_argmax()
+
+    def argmax(self, i: int = -1) -> int:
+        """Greedy token of logits row i of the last evaluation (no row download)."""
+        return self._core.argmax(i)
 
     def commit(self, k: int) -> None:
         """Keep the first k tokens of the pending verify()."""

@@ -168,7 +168,7 @@ def test_stale_cancel_does_not_stop_next_generation(tiny_model):
 
 def test_generation_releases_the_gil(smol):
     """While the engine computes, another Python thread keeps running."""
-    eng = Engine(smol, n_ctx=2048)
+    eng = Engine(smol, n_ctx=2048 if DEVICE == "cpu" else 2304)
     ticks = []
     stop = threading.Event()
 
@@ -180,12 +180,13 @@ def test_generation_releases_the_gil(smol):
     th = threading.Thread(target=ticker)
     th.start()
     t0 = time.monotonic()
-    eng.prefill(list(range(100, 1100)))   # one long native call (~1000 tokens)
+    # one long native call: ~1000 tokens on a CPU; on a GPU, where that takes ~20 ms, the whole context
+    eng.prefill(list(range(100, 1100) if DEVICE == "cpu" else range(100, 2148)))
     elapsed = time.monotonic() - t0
     stop.set()
     th.join()
     during = [t for t in ticks if t0 <= t <= t0 + elapsed]
-    assert elapsed > 0.05 and len(during) >= 0.3 * elapsed / 0.002
+    assert len(during) >= 0.3 * elapsed / 0.002 and len(during) >= 3, (elapsed, len(during))
 
 
 def test_stop_strings_and_eos(smol):
@@ -276,16 +277,31 @@ def test_hybrid_cancelled_generation_leaves_consistent_state(hybrid_model):
     assert [eng.step().tokens[0] for _ in range(6)] == [fresh.step().tokens[0] for _ in range(6)]
 
 
+# On a GPU a batch of a different size may run different kernels (cuBLAS with TF32, other MMQ
+# tilings), so logits of the same tokens evaluated in differently shaped batches differ in the 4th
+# digit there. Rollback is then checked exactly against a reference with the same batch shapes,
+# and against the plain reference within this batch-shape tolerance.
+BATCH_SHAPE_RTOL = 1e-5 if DEVICE == "cpu" else 3e-3
+
+
+def _rel_diff(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
 @pytest.mark.parametrize("arch", ["qwen35", "llama"])
 def test_verify_commit_rolls_back_exactly(arch, tmp_path):
-    """prefill P, verify t1..t8, commit k (every k in 0..8), continue with u1..u4: the logits equal a
-    fresh engine fed P + t1..tk, then u1..u4 (the same last batch), within 1e-5 relative: the
-    rollback restores KV length and recurrent/conv state without recomputation."""
+    """prefill P, verify t1..t8, commit k (every k in 0..8), continue with u1..u4. The logits equal
+    (1e-5 relative) those of an engine that verified t1..tk followed by other tokens and committed
+    k (same batch shapes: the rejected tokens leave no trace), and those of a fresh engine fed
+    P + t1..tk (exact on the CPU; within BATCH_SHAPE_RTOL on a GPU): the rollback restores KV
+    length and recurrent/conv state without recomputation."""
     cfg = (TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=32, seed=5) if arch == "qwen35"
            else TinyConfig(arch="llama", n_vocab=256, seed=5))
     model = Model(write_tiny_gguf(tmp_path / f"{arch}.gguf", cfg), device=DEVICE, n_threads=THREADS)
     p, t, u = prompt(20, 1), prompt(8, 2), prompt(4, 3)
+    other = [(x + 17) % 256 for x in t]   # differs from t at every position
     eng = Engine(model, n_ctx=256)
+    twin = Engine(model, n_ctx=256)
     for k in range(0, 9):
         eng.truncate(0)
         eng.prefill(p)
@@ -296,11 +312,32 @@ def test_verify_commit_rolls_back_exactly(arch, tmp_path):
         assert eng.n_past == len(p) + k and eng.tokens == p + t[:k]
         np.testing.assert_array_equal(eng.logits(), verified[k - 1] if k else before)
         eng.prefill(u, logits_all=True)
+        got = eng.all_logits()
+
+        twin.truncate(0)
+        twin.prefill(p)
+        twin.verify(t[:k] + other[k:])
+        twin.commit(k)
+        twin.prefill(u, logits_all=True)
+        assert _rel_diff(got, twin.all_logits()) <= 1e-5, f"k={k}: rejected tokens changed the state"
+
         fresh = Engine(model, n_ctx=256)
         fresh.prefill(p + t[:k])
         fresh.prefill(u, logits_all=True)
-        want = fresh.all_logits()
-        assert np.abs(eng.all_logits() - want).max() <= 1e-5 * np.abs(want).max(), f"k={k}"
+        assert _rel_diff(got, fresh.all_logits()) <= BATCH_SHAPE_RTOL, f"k={k}"
+
+
+def test_verify_greedy_tokens_match_logits(hybrid_model):
+    """verify(logits=False) returns each row's argmax (computed on the device) without the rows."""
+    eng = Engine(hybrid_model, n_ctx=256)
+    eng.prefill(prompt(9, 4))
+    rows = eng.verify(prompt(6, 5))
+    eng.commit(0)
+    ids = eng.verify(prompt(6, 5), logits=False)
+    assert ids.dtype == np.int32 and list(ids) == list(rows.argmax(1))
+    eng.commit(2)
+    assert eng.argmax() == int(rows[1].argmax()) and eng.sample() == eng.argmax()
+    np.testing.assert_array_equal(eng.logits(), rows[1])   # still downloadable after the commit
 
 
 def test_verify_rules(hybrid_model):
@@ -365,16 +402,25 @@ def test_hidden_state_capture_conventions_and_rollback(tmp_path):
         np.testing.assert_array_equal(a[0], embd[p[pos]])
         np.testing.assert_allclose(b, a[1:], rtol=0, atol=1e-5)   # out(1) = in(2), out(2) = in(3)
 
+    twin = Engine(model, n_ctx=256)   # same batch shapes, other rejected tokens (see BATCH_SHAPE_RTOL)
+    twin.set_capture([0, 2, 3], ring_size=64)
+    twin.prefill(p)
     for k in (0, 3, 6):
         inputs.truncate(len(p))
         inputs.verify(t)
         inputs.commit(k)
         inputs.prefill([7, 8])
+        twin.truncate(len(p))
+        twin.verify(t[:k] + [(x + 17) % 256 for x in t[k:]])
+        twin.commit(k)
+        twin.prefill([7, 8])
         fresh = Engine(model, n_ctx=256)
         fresh.set_capture([0, 2, 3], ring_size=64)
         fresh.prefill(p + t[:k])
         fresh.prefill([7, 8])
         for pos in range(len(p) + k + 2):
-            np.testing.assert_allclose(inputs.captured(pos), fresh.captured(pos), rtol=0, atol=1e-5)
+            np.testing.assert_allclose(inputs.captured(pos), twin.captured(pos), rtol=0, atol=1e-5)
+            np.testing.assert_allclose(inputs.captured(pos), fresh.captured(pos), rtol=0,
+                                       atol=1e-5 if DEVICE == "cpu" else 1e-2)
     with pytest.raises(InvalidArgumentError, match="capture ring"):
         inputs.captured(inputs.n_past)

@@ -135,8 +135,14 @@ LUCE_API luce_status luce_engine_prefill(luce_engine * engine, const int32_t * t
                                          bool logits_all, luce_progress_cb progress, void * user_data);
 
 // Logits of the last evaluation. i indexes the kept rows (0..n-1; -1 = last). NULL if none.
-LUCE_API const float * luce_engine_logits(const luce_engine * engine, int32_t i);
+// Rows stay on the device until first read (only each row's argmax comes back with every
+// evaluation); the pointer is valid until the next call on this engine.
+LUCE_API const float * luce_engine_logits(luce_engine * engine, int32_t i);
 LUCE_API int32_t       luce_engine_n_logits(const luce_engine * engine);   // rows kept by the last call
+// Copies rows first..first+n-1 into out ([n][n_vocab] floats).
+LUCE_API luce_status   luce_engine_copy_logits(luce_engine * engine, int32_t first, int32_t n, float * out);
+// The greedy token (argmax, computed on the device) of row i, without downloading the row.
+LUCE_API luce_status   luce_engine_argmax(const luce_engine * engine, int32_t i, int32_t * token);
 
 // ---- sampling -----------------------------------------------------------------------------
 typedef struct luce_sampling_params {

@@ -68,6 +68,7 @@ static void check_plan_fits(const Model & m, const luce_engine_params & p, const
 Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) {
     if (!m_.buffer) throw Error(LUCE_ERR_STATE, "this model was opened for planning only (no weights loaded)");
     params_ = normalized(m_, params_in);
+    logits_.reset(m_.hp.n_vocab);
     plan_ = plan_memory(m_, params_);
     check_plan_fits(m_, params_, plan_);
 
@@ -129,6 +130,7 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify)
     GraphShape shape{n, std::min(kv_.n_ctx, round_up(n_past + n, kCtxPad)), logits_all && n > 1, verify && m_.hp.hybrid()};
     // a verify graph leaves the recurrent state untouched, so a failure needs no replay
     const bool replay_on_failure = m_.hp.hybrid() && !replaying_ && !shape.verify;
+    logits_.invalidate();   // the logits tensor is rewritten (or freed) below: unread rows are lost
     if (!graph_ || !(graph_->shape == shape)) {
         graph_.reset();
         graph_ = build_graph(m_, kv_, shape);
@@ -182,24 +184,25 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify)
         throw Error(LUCE_ERR_COMPUTE, "graph computation failed on " + m_.device_name);
     }
 
+    // Per row only the argmax and the sum come back (a sum is finite iff every logit is);
+    // whole rows are downloaded when read.
     const int32_t n_out = int32_t(g.logits->ne[1]);
-    const size_t n_vocab = size_t(m_.hp.n_vocab);
-    // Rows go straight into the host logits (appended when every position is kept).
-    const size_t offset = logits_all ? logits_.size() : 0;
-    logits_.resize(offset + n_vocab * size_t(n_out));
-    float * out = logits_.data() + offset;
-    ggml_backend_tensor_get(g.logits, out, 0, n_vocab * size_t(n_out) * sizeof(float));
-    for (size_t i = 0; i < n_vocab * size_t(n_out); ++i) {
-        if (!std::isfinite(out[i])) {
-            logits_.resize(offset);
-            if (!logits_all) n_logit_rows_ = 0;
+    argmax_buf_.resize(size_t(n_out));
+    sums_buf_.resize(size_t(n_out));
+    ggml_backend_tensor_get(g.argmax, argmax_buf_.data(), 0, size_t(n_out) * sizeof(int32_t));
+    ggml_backend_tensor_get(g.logit_sums, sums_buf_.data(), 0, size_t(n_out) * sizeof(float));
+    for (int32_t i = 0; i < n_out; ++i) {
+        if (!std::isfinite(sums_buf_[size_t(i)])) {
+            if (!logits_all || verify) logits_.clear();
             if (replay_on_failure) replay_context();   // undo the recurrent states' advance
-            throw Error(LUCE_ERR_COMPUTE, "the model produced non-finite logits (NaN/Inf) at position " + std::to_string(n_past) +
+            throw Error(LUCE_ERR_COMPUTE, "the model produced non-finite logits (NaN/Inf) at position " + std::to_string(n_past + i) +
                                               "; the weights or the KV cache type may be unsuitable");
         }
     }
+    // A prompt kept row by row spans several evaluations: its rows are downloaded as they come.
+    const bool append = logits_all && !verify;
+    logits_.add_device_rows(g.logits, argmax_buf_.data(), n_out, append, /*fetch_now=*/append);
     tokens_.insert(tokens_.end(), toks, toks + n);
-    n_logit_rows_ = logits_all ? n_logit_rows_ + n_out : 1;
 }
 
 void Engine::prefill(const int32_t * toks, int32_t n, bool logits_all, luce_progress_cb cb, void * ud) {
@@ -217,7 +220,6 @@ void Engine::prefill(const int32_t * toks, int32_t n, bool logits_all, luce_prog
                                           " tokens (raise --max-ctx or start a new conversation)");
     }
     logits_.clear();
-    n_logit_rows_ = 0;
     const auto t0 = clock_type::now();
     int32_t done = 0;
     try {
@@ -231,30 +233,55 @@ void Engine::prefill(const int32_t * toks, int32_t n, bool logits_all, luce_prog
     } catch (...) {
         stats_.n_prefill_tokens += done;
         stats_.prefill_ms += ms_since(t0);
-        if (done < n) { logits_.clear(); n_logit_rows_ = 0; }   // partial prompt: no valid logits
+        if (done < n) logits_.clear();   // partial prompt: no valid logits
         throw;
     }
     stats_.n_prefill_tokens += n;
     stats_.prefill_ms += ms_since(t0);
 }
 
-const float * Engine::logits_row(int32_t i) const {
-    if (n_logit_rows_ == 0) return nullptr;
-    if (i < 0) i += n_logit_rows_;
-    if (i < 0 || i >= n_logit_rows_) return nullptr;
-    return logits_.data() + size_t(i) * size_t(m_.hp.n_vocab);
+int32_t Engine::argmax_row(int32_t i) const {
+    if (i < 0) i += n_logits();
+    if (i < 0 || i >= n_logits()) throw Error(LUCE_ERR_INVALID_ARG, "no logits row " + std::to_string(i));
+    return logits_.argmax(i);
+}
+
+void Engine::copy_logits(int32_t first, int32_t n, float * out) {
+    if (first < 0 || n < 0 || first + n > n_logits()) {
+        throw Error(LUCE_ERR_INVALID_ARG, "logits rows " + std::to_string(first) + ".." + std::to_string(first + n - 1) +
+                                              " are not among the " + std::to_string(n_logits()) + " kept");
+    }
+    const size_t n_vocab = size_t(m_.hp.n_vocab);
+    for (int32_t i = 0; i < n; ++i) {
+        const float * r = logits_.row(first + i);
+        if (!r) throw Error(LUCE_ERR_STATE, "logits row " + std::to_string(first + i) + " is no longer available");
+        std::copy(r, r + n_vocab, out + size_t(i) * n_vocab);
+    }
+}
+
+// Plain greedy needs only the argmax the device already computed.
+static bool is_plain_greedy(const luce_sampling_params & sp) {
+    return sp.temperature <= 0.0f && (sp.repeat_penalty == 1.0f || sp.penalty_last_n == 0) &&
+           (sp.presence_penalty == 0.0f || sp.penalty_last_n == 0);
 }
 
 int32_t Engine::sample(const luce_sampling_params & sp, int32_t row) {
+    if (n_logits() == 0) throw Error(LUCE_ERR_STATE, "no logits to sample from: prefill or step first");
+    if (is_plain_greedy(sp)) return argmax_row(row);
     const float * l = logits_row(row);
-    if (!l) throw Error(LUCE_ERR_STATE, "no logits to sample from: prefill or step first");
+    if (!l && n_logits() == 1 && (row == -1 || row == 0) && n_past() > 0) {
+        // the row was dropped by an evaluation that failed or was cancelled: recompute it
+        truncate(n_past());
+        l = logits_row(-1);
+    }
+    if (!l) throw Error(LUCE_ERR_STATE, "no logits row " + std::to_string(row) + " to sample from");
     return sample_token(l, m_.hp.n_vocab, sp, tokens_.data(), n_past(), rng_);
 }
 
 void Engine::step(const luce_sampling_params & sp, luce_step_result & out) {
     out = {};
     check_no_pending();
-    if (n_logit_rows_ == 0) throw Error(LUCE_ERR_STATE, "no logits to sample from: prefill or step first");
+    if (n_logits() == 0) throw Error(LUCE_ERR_STATE, "no logits to sample from: prefill or step first");
     if (n_past() + 1 > kv_.n_ctx) {
         throw Error(LUCE_ERR_CONTEXT, "context full (" + std::to_string(kv_.n_ctx) + " tokens); raise --max-ctx");
     }
@@ -282,7 +309,6 @@ void Engine::truncate(int32_t n) {
     // Cells past n stay in memory but the mask hides them; the next writes overwrite them.
     tokens_.resize(size_t(n));
     logits_.clear();
-    n_logit_rows_ = 0;
     if (m_.hp.hybrid()) {
         // Recurrent state cannot be rewound: resume from the nearest checkpoint at or before n
         // (or the start) and recompute the tokens after it.
@@ -296,9 +322,8 @@ void Engine::truncate(int32_t n) {
         tokens_.resize(size_t(cp.n_past));
         load_state(cp.state);
         if (cp.n_past == n) {
-            if (!cp.logits.empty()) {
-                logits_ = cp.logits;
-                n_logit_rows_ = 1;
+            if (!cp.logits.values.empty()) {
+                logits_.restore(LogitRows::Saved(cp.logits));
             } else {   // saved without logits: the last token's logits need the state before it
                 tokens_ = keep;
                 replay_context();
@@ -324,7 +349,7 @@ void Engine::check_no_pending() const {
     if (pending_ > 0) throw Error(LUCE_ERR_STATE, "a verification is pending: commit it first");
 }
 
-void Engine::verify(const int32_t * toks, int32_t n) {
+void Engine::verify(const int32_t * toks, int32_t n, bool keep_pre_logits) {
     check_no_pending();
     if (n < 1 || n > kv_.n_verify_max) {
         throw Error(LUCE_ERR_INVALID_ARG, "verify takes 1.." + std::to_string(kv_.n_verify_max) + " tokens, not " + std::to_string(n));
@@ -333,17 +358,18 @@ void Engine::verify(const int32_t * toks, int32_t n) {
         if (toks[i] < 0 || toks[i] >= m_.hp.n_vocab) throw Error(LUCE_ERR_INVALID_ARG, "token id outside the vocabulary");
     }
     check_cancel();
-    const float * last = logits_row(-1);
-    pre_verify_logits_.assign(last ? last : nullptr, last ? last + m_.hp.n_vocab : nullptr);
-    std::vector<float> saved;
-    saved.swap(logits_);
-    const int32_t saved_rows = n_logit_rows_;
-    n_logit_rows_ = 0;
+    pre_verify_logits_ = {};
+    if (n_logits() > 0) {
+        if (keep_pre_logits) {
+            pre_verify_logits_ = logits_.save_last();
+        } else {
+            pre_verify_logits_.argmax = logits_.argmax(n_logits() - 1);
+        }
+    }
     try {
         eval(toks, n, /*logits_all=*/true, /*verify=*/true);
     } catch (...) {
-        logits_.swap(saved);
-        n_logit_rows_ = saved_rows;
+        logits_.restore(LogitRows::Saved(pre_verify_logits_));
         throw;
     }
     pending_ = n;
@@ -356,30 +382,47 @@ void Engine::commit(int32_t k) {
     }
     const size_t n0 = tokens_.size() - size_t(pending_);
     const HParams & hp = m_.hp;
-    if (hp.hybrid() && k > 0) {
-        // State after token k-1: snapshot slot pending-k; conv window: the Kc-1 inputs ending at token k-1.
-        const size_t state_bytes = size_t(hp.ssm_state) * hp.ssm_state * hp.ssm_heads * sizeof(float);
-        const size_t win = size_t(hp.ssm_conv - 1) * sizeof(float);
-        std::vector<uint8_t> buf(std::max(state_bytes, win * size_t(hp.conv_channels())));
-        for (int il = 0; il < hp.n_layer; ++il) {
-            if (!hp.is_recurrent(il)) continue;
-            ggml_backend_tensor_get(kv_.ssm_snap[size_t(il)], buf.data(), size_t(pending_ - k) * state_bytes, state_bytes);
-            ggml_backend_tensor_set(kv_.ssm[size_t(il)], buf.data(), 0, state_bytes);
-            ggml_tensor * hist = kv_.conv_hist[size_t(il)];
-            ggml_backend_tensor_get_2d(hist, buf.data(), size_t(k) * sizeof(float), win, size_t(hp.conv_channels()), hist->nb[1], win);
-            ggml_backend_tensor_set(kv_.conv[size_t(il)], buf.data(), 0, win * size_t(hp.conv_channels()));
-        }
-    }
+    if (hp.hybrid() && k > 0) restore_recurrent_after(k);
     tokens_.resize(n0 + size_t(k));   // KV cells past this are hidden by the mask
     if (k > 0) {
-        std::vector<float> row(logits_.begin() + long(k - 1) * hp.n_vocab, logits_.begin() + long(k) * hp.n_vocab);
-        logits_.swap(row);
-        n_logit_rows_ = 1;
+        logits_.keep_only(k - 1);
     } else {
-        logits_.swap(pre_verify_logits_);
-        n_logit_rows_ = logits_.empty() ? 0 : 1;
+        logits_.restore(std::move(pre_verify_logits_));
     }
     pending_ = 0;
+}
+
+// Recurrent state after provisional token k-1 of the pending verify, copied on the device by a
+// small graph: the state from snapshot slot pending-k, the conv window from the Kc-1 inputs that
+// end at token k-1.
+void Engine::restore_recurrent_after(int32_t k) {
+    const HParams & hp = m_.hp;
+    const int64_t C = hp.conv_channels(), W = hp.ssm_conv - 1;
+    ggml_init_params ip = {ggml_tensor_overhead() * size_t(8 * hp.n_layer + 16) + ggml_graph_overhead(), nullptr, true};
+    ggml_context * ctx = ggml_init(ip);
+    if (!ctx) throw Error(LUCE_ERR_MEMORY, "cannot create the rollback graph");
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (!hp.is_recurrent(il)) continue;
+        ggml_tensor * state = kv_.ssm[size_t(il)];
+        ggml_tensor * snap = kv_.ssm_snap[size_t(il)];
+        ggml_tensor * slot = ggml_view_1d(ctx, snap, ggml_nelements(state), size_t(pending_ - k) * ggml_nbytes(state));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, slot, ggml_view_1d(ctx, state, ggml_nelements(state), 0)));
+        ggml_tensor * hist = kv_.conv_hist[size_t(il)];
+        ggml_tensor * win = ggml_view_2d(ctx, hist, W, C, hist->nb[1], size_t(k) * ggml_element_size(hist));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, win, kv_.conv[size_t(il)]));
+    }
+    // every tensor of this graph is a view of cache memory: bind them to its buffer
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor * t = ggml_graph_node(gf, i);
+        for (int j = -1; j < GGML_MAX_SRC; ++j) {
+            ggml_tensor * v = j < 0 ? t : t->src[j];
+            if (v && v->view_src && !v->buffer) ggml_backend_view_init(v);
+        }
+    }
+    const ggml_status st = ggml_backend_graph_compute(backend_, gf);
+    ggml_free(ctx);
+    if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, "restoring the recurrent state failed on " + m_.device_name);
 }
 
 void Engine::save_state(std::vector<uint8_t> & out) const {
@@ -409,6 +452,7 @@ void Engine::set_capture(const int32_t * layers, int32_t n, bool output_conventi
     check_no_pending();
     auto & cap = kv_.capture;
     cap.reset();
+    logits_.invalidate();
     graph_.reset();   // graphs change shape with the capture set
     if (n <= 0) return;
     if (ring <= 0) throw Error(LUCE_ERR_INVALID_ARG, "capture ring size must be positive");
@@ -454,7 +498,7 @@ void Engine::checkpoint() {
     Checkpoint cp;
     cp.n_past = n_past();
     save_state(cp.state);
-    if (const float * l = logits_row(-1)) cp.logits.assign(l, l + m_.hp.n_vocab);
+    cp.logits = logits_.save_last();
     checkpoints_.push_back(std::move(cp));
     if (checkpoints_.size() > 8) checkpoints_.erase(checkpoints_.begin());
 }
@@ -484,7 +528,6 @@ void Engine::replay_context() {
     context.swap(tokens_);
     kv_.clear_recurrent_state();
     logits_.clear();
-    n_logit_rows_ = 0;
     replay_tokens(context.data(), context.size());
 }
 

@@ -3,6 +3,7 @@
 
 #include "graph.h"
 #include "kv_cache.h"
+#include "logit_rows.h"
 #include "model.h"
 #include "sampler.h"
 
@@ -26,14 +27,18 @@ public:
     void step(const luce_sampling_params & sp, luce_step_result & out);
     int32_t sample(const luce_sampling_params & sp, int32_t row);
     void truncate(int32_t n);
-    void verify(const int32_t * tokens, int32_t n);   // see luce_engine_verify
+    // see luce_engine_verify; keep_pre_logits false: commit(0) restores only the greedy token of
+    // the logits before the verify (saves a row download when the caller never commits 0)
+    void verify(const int32_t * tokens, int32_t n, bool keep_pre_logits = true);
     void commit(int32_t k);
     void checkpoint();
     void set_capture(const int32_t * layers, int32_t n, bool output_convention, int32_t ring);
     void captured(int32_t pos, float * out) const;
 
-    const float * logits_row(int32_t i) const;
-    int32_t n_logits() const { return n_logit_rows_; }
+    const float * logits_row(int32_t i) { return logits_.row(i); }   // fetched on first read
+    int32_t argmax_row(int32_t i) const;                                // greedy token of row i, no download
+    void copy_logits(int32_t first, int32_t n, float * out);
+    int32_t n_logits() const { return logits_.n_rows(); }
     int32_t n_past() const { return int32_t(tokens_.size()); }
     int32_t n_ctx() const { return kv_.n_ctx; }
     const int32_t * tokens() const { return tokens_.data(); }
@@ -53,13 +58,14 @@ private:
     struct Checkpoint {
         int32_t n_past;
         std::vector<uint8_t> state;            // conv + recurrent state of every DeltaNet layer
-        std::vector<float> logits;             // last row at that point (empty if none)
+        LogitRows::Saved logits;               // last row at that point (argmax -1 if none)
     };
     std::vector<Checkpoint> checkpoints_;      // ascending n_past
+    void restore_recurrent_after(int32_t k);
     void save_state(std::vector<uint8_t> & out) const;
     void load_state(const std::vector<uint8_t> & in);
     void replay_tokens(const int32_t * toks, size_t n);
-    std::vector<float> pre_verify_logits_;     // restored by commit(0)
+    LogitRows::Saved pre_verify_logits_;       // restored by commit(0)
     void check_cancel();
     void reserve_worst_case();
     // Hybrid models: recompute the recurrent state of the committed tokens from scratch.
@@ -75,9 +81,10 @@ private:
     std::unique_ptr<ForwardGraph> graph_;    // last built graph, replayed while the shape repeats
 
     std::vector<int32_t> tokens_;            // the context
-    std::vector<float> logits_;              // rows of the last evaluation
-    int32_t n_logit_rows_ = 0;
+    LogitRows logits_;                       // rows of the last evaluation (lazily downloaded)
     std::vector<uint16_t> mask_buf_;         // host staging for the mask
+    std::vector<int32_t> argmax_buf_;        // per-row argmax and sum of the last evaluation
+    std::vector<float> sums_buf_;
     Rng rng_;
     std::atomic<bool> cancel_{false};
     luce_stats stats_{};

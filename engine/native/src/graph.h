@@ -31,6 +31,8 @@ struct ForwardGraph {
     ggml_tensor * kv_idx = nullptr;   // I64 [n_tokens]: cache rows written
     ggml_tensor * mask = nullptr;     // F16 [n_kv, n_tokens]: 0 = visible, -inf = hidden
     ggml_tensor * logits = nullptr;   // F32 [n_vocab, n_out]
+    ggml_tensor * argmax = nullptr;   // I32 [n_out]: greedy token per row
+    ggml_tensor * logit_sums = nullptr;   // F32 [1, n_out]: finite iff the row is
     ggml_tensor * cap_idx = nullptr;  // I64 [n_tokens]: capture ring rows (position mod ring), if capturing
     ~ForwardGraph();
 };

@@ -113,6 +113,12 @@ void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, ggml_t
     ggml_set_name(g.logits, "logits");
     ggml_set_output(g.logits);
     ggml_build_forward_expand(g.gf, g.logits);
+    g.argmax = ggml_argmax(ctx, g.logits);
+    ggml_set_output(g.argmax);
+    ggml_build_forward_expand(g.gf, g.argmax);
+    g.logit_sums = ggml_sum_rows(ctx, g.logits);
+    ggml_set_output(g.logit_sums);
+    ggml_build_forward_expand(g.gf, g.logit_sums);
 }
 
 std::unique_ptr<ForwardGraph> build_graph(const Model & m, const KvCache & kv, GraphShape shape) {

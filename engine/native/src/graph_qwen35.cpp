@@ -48,8 +48,10 @@ static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model
     ggml_tensor * r = ggml_gated_delta_net(ctx, q, k, v, g, beta, ssm_state, K);   // [S·Hv, n + K·S]
     ggml_tensor * o = ggml_view_4d(ctx, r, S, Hv, n, 1, S * f, S * Hv * f, S * Hv * n * f, 0);
     ggml_tensor * states = ggml_view_4d(ctx, r, S, S, Hv, K, S * f, S * S * f, S * S * Hv * f, size_t(S * Hv * n) * f);
-    ggml_tensor * dst = verify ? ggml_view_4d(ctx, kv.ssm_snap[size_t(il)], S, S, Hv, K, S * f, S * S * f, S * S * Hv * f, 0)
-                               : ssm_state;
+    // Destination as a [S·S·Hv, 1, K] view: the shape ggml-cuda recognises to have the kernel write
+    // the states straight into the cache instead of copying them afterwards.
+    const int64_t D = S * S * Hv;
+    ggml_tensor * dst = ggml_view_3d(ctx, verify ? kv.ssm_snap[size_t(il)] : ssm_state, D, 1, K, D * f, D * f, 0);
     ggml_build_forward_expand(gf, ggml_cpy(ctx, states, dst));
 
     ggml_tensor * z4 = ggml_reshape_4d(ctx, z, S, Hv, n, 1);

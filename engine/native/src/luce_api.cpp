@@ -103,8 +103,22 @@ luce_status luce_engine_prefill(luce_engine * e, const int32_t * tokens, int32_t
     });
 }
 
-const float * luce_engine_logits(const luce_engine * e, int32_t i) { return e->impl->logits_row(i); }
-int32_t luce_engine_n_logits(const luce_engine * e) { return e->impl->n_logits(); }
+const float * luce_engine_logits(luce_engine * e, int32_t i) { return e ? e->impl->logits_row(i) : nullptr; }
+int32_t luce_engine_n_logits(const luce_engine * e) { return e ? e->impl->n_logits() : 0; }
+
+luce_status luce_engine_copy_logits(luce_engine * e, int32_t first, int32_t n, float * out) {
+    return guarded([&] {
+        REQUIRE(e && out, "engine or output buffer is NULL");
+        e->impl->copy_logits(first, n, out);
+    });
+}
+
+luce_status luce_engine_argmax(const luce_engine * e, int32_t i, int32_t * token) {
+    return guarded([&] {
+        REQUIRE(e && token, "engine or token is NULL");
+        *token = e->impl->argmax_row(i);
+    });
+}
 
 luce_sampling_params luce_sampling_default_params(void) {
     luce_sampling_params p{};
