@@ -15,7 +15,8 @@ python3 -c "import luce_engine, llama_cpp, sys; sys.path.insert(0, '.'); from to
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt"
 # llama_cpp must be imported before anything else in the process on this image: after some other
 # modules (seen with the gguf package and pytest's plugins) its CUDA model load segfaults.
-LUCE_TEST_DEVICE=cuda:0 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_parity.py', 'tests/test_engine.py', '-q', '-p', 'no:cacheprovider']))" 2>&1 | tee "$OUT/parity_cuda.txt" | tail -5
+LUCE_TEST_DEVICE=cuda:0 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_parity.py', 'tests/test_engine.py', 'tests/test_tiny_qwen35.py', '-q', '-p', 'no:cacheprovider']))" 2>&1 | tee "$OUT/parity_cuda.txt" | tail -5
+python3 bench/gpu/diag_parity.py cuda:0 2>&1 | tail -4 | tee "$OUT/diag_parity.txt"
 python3 bench/bench_engine.py --device cuda:0 --threads 8 --prefill 512,4096 --repeats 5 --json "$OUT/bench_cuda.json" 2>&1 | tee "$OUT/bench_cuda.txt" | tail -8
 # Qwen3.6-27B-shaped Q4_K_M (random weights; copy ../shared/tools/make_random_gguf.py into .device/
 # before the run): decode, prefill and verify cost against llama.cpp on the same file.
