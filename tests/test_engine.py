@@ -424,3 +424,28 @@ def test_hidden_state_capture_conventions_and_rollback(tmp_path):
                                        atol=1e-5 if DEVICE == "cpu" else 1e-2)
     with pytest.raises(InvalidArgumentError, match="capture ring"):
         inputs.captured(inputs.n_past)
+
+
+def test_greedy_ties_go_to_the_lowest_id(tmp_path):
+    """Exact ties of the best logit (here: every output row duplicated) resolve to the lowest id in
+    steps and verifications, as plain argmax over the downloaded row and llama.cpp's greedy do."""
+    import gguf
+
+    path = write_tiny_gguf(tmp_path / "ties.gguf", TinyConfig(arch="llama", n_vocab=256, seed=11))
+    out = next(t for t in gguf.GGUFReader(path, "r+").tensors if t.name == "output.weight")
+    rows = out.data.reshape(256, -1)
+    rows[128:] = rows[:128]      # token i + 128 always scores exactly like token i
+    rows.flush() if hasattr(rows, "flush") else None
+    del out, rows
+    eng = Engine(Model(path, device=DEVICE, n_threads=THREADS), n_ctx=256)
+    eng.prefill(prompt(10, 6))
+    for _ in range(12):
+        logits = eng.logits()
+        want = int(np.argmax(logits))
+        assert logits[want] == logits[(want + 128) % 256]   # a real tie
+        assert want < 128 and eng.argmax() == want
+        eng.step()
+    ids = eng.verify(prompt(5, 7), logits=False)
+    eng.commit(0)
+    rows = eng.verify(prompt(5, 7))
+    assert list(ids) == list(rows.argmax(1)) and all(i < 128 for i in ids)

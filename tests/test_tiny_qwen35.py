@@ -1,5 +1,6 @@
 """Tests for the qwen35 (Gated DeltaNet + gated attention hybrid) models of tools/tiny_gguf.py:
 GGUF keys/tensors per GGUF-ARCHS.md §1.2, determinism, and llama.cpp (CPU) loading them."""
+import os
 import sys
 from pathlib import Path
 
@@ -168,7 +169,9 @@ def test_llama_cpp_long_context_and_state(tmp_path):
     assert np.isfinite(full).all() and 0.5 < full[-20:].std() < 3 and np.abs(full).max() < 20
     one = _load(path, n_batch=1, n_ubatch=1)
     one.eval(toks[:24])
-    assert np.abs(np.array(one.scores[:24]) - full[:24]).max() < 1e-2
+    # token-by-token vs one batch: on a GPU other kernels run per batch size (cuBLAS with TF32)
+    tol = 1e-2 if os.environ.get("LUCE_TEST_DEVICE", "cpu") == "cpu" else 5e-2
+    assert np.abs(np.array(one.scores[:24]) - full[:24]).max() < tol
 
 
 def test_llama_cpp_loads_mtp_block(tmp_path):

@@ -55,6 +55,6 @@ std::unique_ptr<ForwardGraph> new_forward_graph(const Model & m, GraphShape shap
 // (stage_output false: x is the layer's input; true: its output).
 void capture_hidden(ggml_context * ctx, ForwardGraph & g, const KvCache & kv, int il, bool stage_output, ggml_tensor * x);
 // Final norm + LM head over the last row (or all rows), marked as the graph's output.
-void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, ggml_tensor * x);
+void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, const KvCache & kv, ggml_tensor * x);
 
 } // namespace luce

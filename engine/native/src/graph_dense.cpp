@@ -105,7 +105,20 @@ void capture_hidden(ggml_context * ctx, ForwardGraph & g, const KvCache & kv, in
     }
 }
 
-void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, ggml_tensor * x) {
+// Argmax per row with ties going to the lowest id, as the host sampler and llama.cpp's greedy
+// sampler do. A GPU's parallel argmax may return any of the tied ids (random-weight files have
+// many exact ties), so the tied ids are ranked by the ramp n_vocab - i and the unique best of
+// that ranking is taken. One construction on every device, so the CPU tests cover it.
+static ggml_tensor * greedy_argmax(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * ramp) {
+    ggml_tensor * best = ggml_argmax(ctx, logits);   // I32 [n]: one of the maxima
+    const int64_t V = logits->ne[0], n = logits->ne[1];
+    ggml_tensor * max_l = ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, V, n), ggml_reshape_2d(ctx, best, 1, n));   // [1, 1, n]
+    ggml_tensor * below = ggml_step(ctx, ggml_neg(ctx, ggml_sub(ctx, logits, ggml_reshape_2d(ctx, max_l, 1, n))));   // 0 iff tied
+    ggml_tensor * tied_rank = ggml_mul(ctx, ggml_scale_bias(ctx, below, -1.0f, 1.0f), ramp);   // n_vocab - i at ties, else 0
+    return ggml_argmax(ctx, tied_rank);
+}
+
+void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, const KvCache & kv, ggml_tensor * x) {
     const int64_t n = g.shape.n_tokens;
     if (!g.shape.logits_all && n > 1) x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], size_t(n - 1) * x->nb[1]);
     x = rms_norm_w(ctx, x, m.output_norm, m.hp.rms_eps);
@@ -113,7 +126,7 @@ void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, ggml_t
     ggml_set_name(g.logits, "logits");
     ggml_set_output(g.logits);
     ggml_build_forward_expand(g.gf, g.logits);
-    g.argmax = ggml_argmax(ctx, g.logits);
+    g.argmax = greedy_argmax(ctx, g.logits, kv.vocab_ramp);
     ggml_set_output(g.argmax);
     ggml_build_forward_expand(g.gf, g.argmax);
     g.logit_sums = ggml_sum_rows(ctx, g.logits);
@@ -150,7 +163,7 @@ std::unique_ptr<ForwardGraph> build_dense_graph(const Model & m, const KvCache &
         x = ggml_add(ctx, swiglu_ffn(ctx, L, rms_norm_w(ctx, x, L.ffn_norm, hp.rms_eps)), x);
         capture_hidden(ctx, *g, kv, il, true, x);
     }
-    finish_logits(ctx, *g, m, x);
+    finish_logits(ctx, *g, m, kv, x);
     return g;
 }
 

@@ -97,7 +97,7 @@ std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const KvCache 
         x = ggml_add(ctx, swiglu_ffn(ctx, L, rms_norm_w(ctx, x, L.ffn_norm, hp.rms_eps)), x);
         capture_hidden(ctx, *g, kv, il, true, x);
     }
-    finish_logits(ctx, *g, m, x);
+    finish_logits(ctx, *g, m, kv, x);
     return g;
 }
 

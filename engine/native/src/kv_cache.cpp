@@ -1,4 +1,5 @@
 #include "kv_cache.h"
+#include "device.h"
 #include "error.h"
 
 #include "ggml-alloc.h"
@@ -125,6 +126,7 @@ void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv
     const int nrot = hadamard_block(hp.head_dim);
     if (rotate && nrot > 0 && ggml_is_quantized(tk)) rot_k = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, nrot, nrot);
     if (rotate && nrot > 0 && ggml_is_quantized(tv)) rot_v = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 64, 64);
+    vocab_ramp = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, hp.n_vocab);
 
     buffer = ggml_backend_alloc_ctx_tensors_from_buft(ctx, ggml_backend_dev_buffer_type(m.dev));
     if (!buffer) {
@@ -134,6 +136,11 @@ void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv
     ggml_backend_buffer_clear(buffer, 0);
     if (rot_k) { auto h = hadamard_matrix(int(rot_k->ne[0])); ggml_backend_tensor_set(rot_k, h.data(), 0, h.size() * 4); }
     if (rot_v) { auto h = hadamard_matrix(64); ggml_backend_tensor_set(rot_v, h.data(), 0, h.size() * 4); }
+    if (vocab_ramp) {
+        std::vector<float> r(size_t(hp.n_vocab));
+        for (int32_t i = 0; i < hp.n_vocab; ++i) r[size_t(i)] = float(hp.n_vocab - i);
+        ggml_backend_tensor_set(vocab_ramp, r.data(), 0, r.size() * sizeof(float));
+    }
 }
 
 void KvCache::Capture::reset() {
