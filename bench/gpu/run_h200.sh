@@ -23,5 +23,5 @@ python3 bench/bench_engine.py --device cuda:0 --threads 8 --prefill 512,4096 --r
 if [ -f .device/make_random_gguf.py ]; then
   [ -f /tmp/q27.gguf ] || python3 .device/make_random_gguf.py --arch qwen35 --preset 27b --out /tmp/q27.gguf > "$OUT/q27_write.txt" 2>&1
   python3 bench/bench_engine.py --model /tmp/q27.gguf --device cuda:0 --threads 8 --decode-tokens 64 --repeats 3 \
-    --prefill 512,8192,32768 --verify 1,2,4,8,16,32 --json "$OUT/bench_q27_cuda.json" 2>&1 | tee "$OUT/bench_q27_cuda.txt" | tail -12
+    --prefill ${Q27_PREFILL:-512,8192,32768} --verify 1,2,4,8,16,32 --json "$OUT/bench_q27_cuda.json" 2>&1 | tee "$OUT/bench_q27_cuda.txt" | tail -12
 fi
