@@ -84,6 +84,7 @@ class Engine:
         self.cache_type_k, self.cache_type_v = cache_type_k, cache_type_v
         self._core = _core.CoreEngine(model._core, n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation,
                                       n_verify_max)
+        self.n_verify_max = n_verify_max
         self._lock = threading.Lock()
         self._native_cache: tuple[Sampling, _core.SamplingParams] | None = None
 
@@ -196,12 +197,14 @@ class Engine:
 
     def generate(self, prompt: Sequence[int] | None = None, *, sampling: Sampling | None = None,
                  max_tokens: int = 256, stop: Sequence[str] = (), stop_token_ids: Iterable[int] | None = None,
-                 progress: ProgressFn | None = None) -> Iterator[StepResult]:
+                 progress: ProgressFn | None = None, speculator=None) -> Iterator[StepResult]:
         """Prefill `prompt` (if given) and yield one StepResult per step until a stop condition.
 
         Stops at an end-of-generation token (not included in text), a stop string (text cut
         before it), max_tokens, a full context, or cancel(); the last result carries
-        finish_reason. Tokens are decoded with the model's tokenizer.
+        finish_reason. Tokens are decoded with the model's tokenizer. With a speculator
+        (luce_engine.speculative.ChainSpeculator) a step may commit several tokens; stop
+        conditions still apply at the exact token, also inside a step.
         """
         s = sampling or Sampling()
         self._core.clear_cancel()
@@ -211,6 +214,8 @@ class Engine:
         decoder = tok.stream_decoder()
         matcher = _StopMatcher(stop)
         try:
+            if speculator is not None:
+                speculator.prepare()   # capture on before the prompt is evaluated
             if prompt:
                 self.prefill(prompt, progress=progress)
             produced = 0
@@ -218,18 +223,25 @@ class Engine:
                 if self.n_past >= self.n_ctx:
                     yield StepResult([], [], text=matcher.flush() + decoder.flush(), finish_reason="context")
                     return
-                r = self.step(s)
+                r = (self.step(s) if speculator is None
+                     else speculator.step(s, max_emit=max_tokens - produced, stop_ids=eog))
                 produced += len(r.tokens)
                 spans: list[tuple[str, bool]] = []
                 reason = None
-                for t, drafted in zip(r.tokens, r.drafted):
+                for j, (t, drafted) in enumerate(zip(r.tokens, r.drafted)):
                     if t in eog:
                         reason = "eos"
-                        break
-                    piece, hit = matcher.feed(decoder.push(t))
-                    _add_span(spans, piece, drafted)
-                    if hit:
-                        reason = "stop"
+                    else:
+                        piece, hit = matcher.feed(decoder.push(t))
+                        _add_span(spans, piece, drafted)
+                        reason = "stop" if hit else None
+                    if reason:
+                        # inside a multi-token step: plain decoding would have stopped here
+                        extra = len(r.tokens) - (j + 1)
+                        if extra:
+                            r.tokens, r.drafted = r.tokens[:j + 1], r.drafted[:j + 1]
+                            produced -= extra
+                            self.truncate(self.n_past - extra)
                         break
                 if reason is None and produced >= max_tokens:
                     reason = "length"

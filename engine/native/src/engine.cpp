@@ -275,7 +275,11 @@ int32_t Engine::sample(const luce_sampling_params & sp, int32_t row) {
         l = logits_row(-1);
     }
     if (!l) throw Error(LUCE_ERR_STATE, "no logits row " + std::to_string(row) + " to sample from");
-    return sample_token(l, m_.hp.n_vocab, sp, tokens_.data(), n_past(), rng_);
+    // Penalties look at the tokens before the predicted one: for row i of a pending verify, the
+    // context and provisional tokens 0..i (not the provisional tokens after it).
+    int32_t history = n_past();
+    if (pending_ > 0) history = n_past() - pending_ + (row < 0 ? row + n_logits() : row) + 1;
+    return sample_token(l, m_.hp.n_vocab, sp, tokens_.data(), history, rng_);
 }
 
 void Engine::step(const luce_sampling_params & sp, luce_step_result & out) {
