@@ -74,8 +74,12 @@ def extensions():
 
 
 setup(
-    package_dir={"luce_engine": "engine", "luce_tui": "luce_tui", "luce_sessions": "sessions"},
-    packages=["luce_engine", "luce_tui", "luce_sessions"],
+    # themes/ sits at the top level (the design card's layout) and ships inside luce_tui
+    package_dir={"luce_engine": "engine", "luce_tui": "luce_tui", "luce_sessions": "sessions",
+                 "luce_tui.builtin_themes": "themes"},
+    packages=["luce_engine", "luce_tui", "luce_tui.screens", "luce_tui.widgets", "luce_tui.builtin_themes",
+              "luce_sessions"],
+    package_data={"luce_tui.builtin_themes": ["*.toml"]},
     ext_modules=extensions(),
     cmdclass={"build_ext": CMakeBuildExt},
 )

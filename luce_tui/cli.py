@@ -1,4 +1,8 @@
-"""`luce-chat`: argument parsing, model loading, the one-shot mode (-p) and dispatch to the REPL."""
+"""`luce-chat`: argument parsing, model loading, the one-shot mode (-p) and dispatch to the TUI or REPL.
+
+Settings come from the flags, then the config file (`~/.config/luce/config.toml`, see userconfig),
+then built-in defaults.
+"""
 
 from __future__ import annotations
 
@@ -42,21 +46,28 @@ def build_parser() -> argparse.ArgumentParser:
     mode = p.add_argument_group("mode")
     mode.add_argument("-p", "--prompt", metavar="TEXT",
                       help="answer one question and exit (stream to stdout); '-' reads it from stdin")
-    mode.add_argument("--plain", action="store_true", help="the plain prompt_toolkit chat loop (the default for now)")
+    mode.add_argument("--plain", action="store_true",
+                      help="the plain prompt_toolkit chat loop instead of the full-screen app "
+                           "(also used when stdin or stdout is not a terminal)")
+    mode.add_argument("--resume", nargs="?", const="last", metavar="ID|last",
+                      help="reopen a saved chat in the app (default: the last one)")
     mode.add_argument("--plan", action="store_true", help="print the memory plan for these settings and exit")
     mode.add_argument("--plan-memory", metavar="SIZE", default=None,
                       help="with --plan: check the plan against a device of this size (e.g. 24GiB) instead of this machine")
 
     model = p.add_argument_group("model and engine")
     model.add_argument("--target", metavar="PATH", help="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
+    model.add_argument("--draft", metavar="PATH", help="DFlash draft model for speculative decoding (not in this build yet)")
+    model.add_argument("--prefill-drafter", metavar="PATH",
+                       help="PFlash scorer model for long prompts (not in this build yet)")
     # The engine validates the device and lists the available ones in its error message.
-    model.add_argument("--device", default="auto", help="auto, cpu or cuda:N (default: auto)")
+    model.add_argument("--device", help="auto, cpu or cuda:N (default: auto)")
     model.add_argument("--max-ctx", type=_positive, metavar="N",
                        help=f"context size in tokens, capped to the model's training context "
                             f"(default: {config.DEFAULT_MAX_CTX})")
-    model.add_argument("--cache-type-k", choices=config.CACHE_TYPES, default="f16", help="KV cache type of K")
-    model.add_argument("--cache-type-v", choices=config.CACHE_TYPES, default="f16", help="KV cache type of V")
-    model.add_argument("--threads", type=_non_negative, default=0, metavar="N", help="CPU threads (default: auto)")
+    model.add_argument("--cache-type-k", choices=config.CACHE_TYPES, help="KV cache type of K (default: f16)")
+    model.add_argument("--cache-type-v", choices=config.CACHE_TYPES, help="KV cache type of V (default: f16)")
+    model.add_argument("--threads", type=_non_negative, metavar="N", help="CPU threads (default: auto)")
 
     s = p.add_argument_group("sampling (defaults: the chat preset)")
     s.add_argument("--temp", dest="temperature", type=float, metavar="T", help="temperature; 0 is greedy")
@@ -66,13 +77,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--repeat-penalty", dest="repeat_penalty", type=float, metavar="X")
     s.add_argument("--presence-penalty", dest="presence_penalty", type=float, metavar="X")
     s.add_argument("--seed", type=_non_negative, metavar="N", help="fixed seed (default: random per reply)")
-    s.add_argument("--max-tokens", type=_positive, default=config.DEFAULT_MAX_TOKENS, metavar="N",
+    s.add_argument("--max-tokens", type=_positive, metavar="N",
                    help=f"most tokens per reply (default: {config.DEFAULT_MAX_TOKENS})")
     s.add_argument("--system", metavar="TEXT", help="system prompt (default: the model template's own)")
 
     misc = p.add_argument_group("other")
     misc.add_argument("--data-dir", metavar="DIR",
                       help="where history is kept (default: $LUCE_DATA_DIR, else $XDG_DATA_HOME/luce)")
+    misc.add_argument("--theme", metavar="NAME", help="colour theme of the app: dark, light, high-contrast, "
+                      "or a file's name in ~/.config/luce/themes/ (default: dark)")
+    misc.add_argument("--config", metavar="PATH", help="config file (default: ~/.config/luce/config.toml)")
     misc.add_argument("-v", "--verbose", action="store_true", help="model info and per-reply stats on stderr")
     misc.add_argument("--stats", action="store_true", help="print a stats line on stderr after the reply")
     misc.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -178,15 +192,36 @@ def run_once(engine, question: str, sampling, args) -> int:
     return EXIT_INTERRUPTED if result.finish_reason == "cancelled" else 0
 
 
+SPECULATIVE_NOTE = ("speculative decoding is not available in this build yet: {flags} accepted but not used "
+                    "(replies come from the target model alone)")
+
+
+def speculative_note(args) -> str | None:
+    """What to tell the user when a draft or prefill drafter was configured (never faked)."""
+    given = [flag for flag, value in (("--draft", args.draft), ("--prefill-drafter", args.prefill_drafter)) if value]
+    return SPECULATIVE_NOTE.format(flags=" and ".join(given)) if given else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from luce_tui import userconfig
+
+    try:
+        userconfig.merge(args, userconfig.load(args.config))
+    except userconfig.ConfigError as e:
+        return _fail(str(e))
     try:
         sampling = config.sampling_from_args(args)
     except ValueError as e:
         parser.error(str(e))
     if args.prompt is not None and args.plain:
         parser.error("-p and --plain exclude each other")
+    if args.resume is not None and (args.prompt is not None or args.plain):
+        parser.error("--resume reopens a chat in the app; it cannot be combined with -p or --plain")
+    tui = args.prompt is None and not args.plain and not args.plan and sys.stdin.isatty() and sys.stdout.isatty()
+    if args.resume is not None and not tui and not args.plan:
+        parser.error("--resume needs a terminal (stdin and stdout are not both one)")
     if args.prompt == "-":
         args.prompt = sys.stdin.read().strip()   # `echo question | luce-chat -p -` ends in a newline
     if args.prompt is not None and not args.prompt.strip():
@@ -200,6 +235,16 @@ def main(argv: list[str] | None = None) -> int:
         settings = config.engine_settings(args)
         if args.plan:
             return print_plan(settings)
+        note = speculative_note(args)
+        if note and not tui:
+            print(f"luce-chat: {note}", file=sys.stderr)
+        if tui:
+            from luce_tui.app import run_app
+
+            if sys.stderr.isatty():
+                print(f"luce-chat: loading {os.path.basename(settings.target)} …", file=sys.stderr, flush=True)
+            model, engine = load(settings, verbose=args.verbose)
+            return run_app(engine, sampling, args, note=note)
         model, engine = load(settings, verbose=args.verbose)
         if args.prompt is not None:
             return run_once(engine, args.prompt, sampling, args)

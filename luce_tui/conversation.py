@@ -6,7 +6,13 @@ prompt, and prefills only the rest. A normal follow-up turn therefore evaluates 
 message; editing the system prompt or retrying rewinds the context to where the prompts diverge.
 
 Generation runs on a worker thread so the main thread stays responsive: Ctrl+C (SIGINT) is turned
-into engine.cancel(), which stops the engine at its next graph boundary, and the partial reply is kept.
+into engine.cancel(), which stops the engine at its next graph boundary, and the partial reply is kept
+(`cancel()` does the same from any thread, e.g. the TUI's Esc).
+
+Messages are dicts with "role" and "content"; a user message may also carry "attachments", a list
+of {"name", "text"} parts that are rendered into the prompt at send time (after the typed text, one
+fenced block per file), so the files stay separate parts of the message for whoever needs them
+(the session store, a prompt compressor). Other keys (e.g. the session store's "id") are ignored.
 """
 
 from __future__ import annotations
@@ -17,10 +23,14 @@ import signal
 import threading
 from typing import Callable
 
-from luce_engine import ContextFullError, Engine, Sampling
+from luce_engine import ContextFullError, Engine, Sampling, StepResult
 
 TextFn = Callable[[str], object]
 ProgressFn = Callable[[int, int], object]
+
+
+StepFn = Callable[[StepResult], object]
+StartFn = Callable[[int, int], object]   # (reused tokens, prompt tokens) once the prefix is known
 
 
 class ConversationError(Exception):
@@ -39,6 +49,19 @@ class TurnResult:
     prefill_ms: float
     generated_tokens: int
     decode_ms: float
+    n_steps: int = 0            # engine steps (each commits one token, more with an accepted draft)
+    n_drafted: int = 0          # draft tokens proposed / accepted (0 without a draft model)
+    n_accepted: int = 0
+
+    @property
+    def acceptance(self) -> float | None:
+        """Accepted share of the drafted tokens (None when nothing was drafted)."""
+        return self.n_accepted / self.n_drafted if self.n_drafted else None
+
+    @property
+    def accept_length(self) -> float | None:
+        """AL: tokens committed per target step (None when nothing was drafted)."""
+        return self.generated_tokens / self.n_steps if self.n_drafted and self.n_steps else None
 
     @property
     def prefill_tps(self) -> float:
@@ -53,6 +76,25 @@ class TurnResult:
                 f"prefill {self.prefill_tokens} tok @ {self.prefill_tps:.1f} tok/s | "
                 f"generated {self.generated_tokens} tok @ {self.decode_tps:.1f} tok/s | "
                 f"finish: {self.finish_reason}")
+
+
+def fence(text: str) -> str:
+    """A backtick fence longer than any backtick run in text, so the block cannot end early."""
+    longest, run = 0, 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    return "`" * max(3, longest + 1)
+
+
+def render_content(message: dict) -> str:
+    """A message's prompt text: its typed content, then each attachment as a fenced block."""
+    content = message.get("content") or ""
+    parts = [content] if content else []
+    for att in message.get("attachments") or ():
+        f = fence(att["text"])
+        parts.append(f"{att['name']}:\n{f}\n{att['text'].rstrip(chr(10))}\n{f}")
+    return "\n\n".join(parts)
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -77,23 +119,30 @@ class Conversation:
         self.system = system          # None: whatever the template does without one
         self.messages: list[dict] = []
         self.last: TurnResult | None = None
+        self._stop: threading.Event | None = None      # the running turn's, for cancel()
+        self._encoded: tuple[str, list[int]] | None = None   # last render -> ids (big attachments)
 
     # -- prompt ----------------------------------------------------------------------------
     def chat_messages(self, history: list[dict] | None = None) -> list[dict]:
         history = self.messages if history is None else history
         head = [{"role": "system", "content": self.system}] if self.system else []
-        return head + list(history)
+        return head + [{"role": m["role"], "content": render_content(m)} for m in history]
 
     def render(self, history: list[dict] | None = None, add_generation_prompt: bool = True) -> str:
         return self.template.render(self.chat_messages(history), add_generation_prompt=add_generation_prompt)
 
-    def encode(self, history: list[dict] | None = None) -> list[int]:
-        """Prompt tokens for the conversation, ending in the assistant header."""
+    def encode(self, history: list[dict] | None = None, add_generation_prompt: bool = True) -> list[int]:
+        """Prompt tokens for the conversation, ending in the assistant header (unless
+        add_generation_prompt is False: then just the history, e.g. to prefill a resumed chat)."""
         tok = self.tokenizer
-        ids = tok.encode(self.render(history), add_special=False, parse_special=True)
+        text = self.render(history, add_generation_prompt=add_generation_prompt)
+        if self._encoded is not None and self._encoded[0] == text:
+            return list(self._encoded[1])
+        ids = tok.encode(text, add_special=False, parse_special=True)
         # Add BOS when the model wants one and the template did not already write it.
         if tok.add_bos and tok.bos_id is not None and ids[:1] != [tok.bos_id]:
             ids.insert(0, tok.bos_id)
+        self._encoded = (text, list(ids))
         return ids
 
     # -- state -----------------------------------------------------------------------------
@@ -103,22 +152,62 @@ class Conversation:
         self.last = None
         self.engine.truncate(0)
 
+    def cancel(self) -> None:
+        """Stop the running turn (any thread); its partial reply is kept."""
+        if self._stop is not None:
+            self._stop.set()
+        self.engine.cancel()
+
+    def prefill_history(self, progress: ProgressFn | None = None) -> int:
+        """Evaluate the messages (no generation prompt) so the next turn only prefills its new
+        message, e.g. after resuming a saved chat. Returns the tokens evaluated now."""
+        if not self.messages:
+            return 0
+        ids = self.encode(add_generation_prompt=False)
+        eng = self.engine
+        keep = common_prefix(eng.tokens, ids)
+        if len(ids) >= eng.n_ctx:
+            raise ContextFullError(f"the conversation is {len(ids)} tokens but the context holds {eng.n_ctx}")
+        if keep < eng.n_past:
+            eng.truncate(keep)
+        if keep < len(ids):
+            # A cancel that came after an earlier turn ended must not stop this prefill;
+            # generate() clears the engine's cancel flag (and does nothing else with max_tokens=0).
+            for _ in eng.generate(max_tokens=0):
+                pass
+            eng.prefill(ids[keep:], progress=progress)
+            eng.checkpoint()
+        return len(ids) - keep
+
     # -- turns -----------------------------------------------------------------------------
-    def reply(self, text: str, *, sampling: Sampling, max_tokens: int, on_text: TextFn | None = None,
-              on_progress: ProgressFn | None = None) -> TurnResult:
-        """Add a user message and generate the assistant's reply (kept even when cancelled)."""
-        return self._run(self.messages + [{"role": "user", "content": text}], sampling, max_tokens,
-                         on_text, on_progress)
+    def reply(self, text: str | dict, *, sampling: Sampling, max_tokens: int, on_text: TextFn | None = None,
+              on_progress: ProgressFn | None = None, on_step: StepFn | None = None,
+              on_start: StartFn | None = None) -> TurnResult:
+        """Add a user message (text, or a message dict with attachments) and generate the
+        assistant's reply (kept even when cancelled)."""
+        message = {"role": "user", "content": text} if isinstance(text, str) else dict(text, role="user")
+        return self.respond(self.messages + [message], sampling=sampling, max_tokens=max_tokens,
+                            on_text=on_text, on_progress=on_progress, on_step=on_step, on_start=on_start)
 
     def retry(self, *, sampling: Sampling, max_tokens: int, on_text: TextFn | None = None,
-              on_progress: ProgressFn | None = None) -> TurnResult:
+              on_progress: ProgressFn | None = None, on_step: StepFn | None = None,
+              on_start: StartFn | None = None) -> TurnResult:
         """Replace the last assistant reply by a newly generated one."""
         if not self.messages or self.messages[-1]["role"] != "assistant":
             raise ConversationError("there is no reply to retry yet")
-        return self._run(self.messages[:-1], sampling, max_tokens, on_text, on_progress)
+        return self.respond(self.messages[:-1], sampling=sampling, max_tokens=max_tokens, on_text=on_text,
+                            on_progress=on_progress, on_step=on_step, on_start=on_start)
+
+    def respond(self, history: list[dict], *, sampling: Sampling, max_tokens: int, on_text: TextFn | None = None,
+                on_progress: ProgressFn | None = None, on_step: StepFn | None = None,
+                on_start: StartFn | None = None) -> TurnResult:
+        """Generate the assistant's reply to `history` (ending in a user message); afterwards
+        self.messages is history + the reply. Used for new turns, retries and edited turns."""
+        return self._run(history, sampling, max_tokens, on_text, on_progress, on_step, on_start)
 
     def _run(self, history: list[dict], sampling: Sampling, max_tokens: int, on_text: TextFn | None,
-             on_progress: ProgressFn | None) -> TurnResult:
+             on_progress: ProgressFn | None, on_step: StepFn | None = None,
+             on_start: StartFn | None = None) -> TurnResult:
         # Everything that can fail before generation leaves self.messages untouched.
         prompt = self.encode(history)
         if not prompt:
@@ -132,19 +221,27 @@ class Conversation:
                                   args=(prompt, sampling, max_tokens, stop, events))
         before = self.engine.stats()
         text, reason, generated, reused = [], "cancelled", 0, 0
+        steps = drafted = accepted = 0
+        self._stop = stop
         with _sigint_cancels(self.engine, stop):
             worker.start()
             try:
                 while (ev := events.get())[0] != "end":
                     if ev[0] == "reused":
                         reused = ev[1]
+                        if on_start:
+                            on_start(reused, len(prompt))
                     elif ev[0] == "progress":
                         if on_progress:
                             on_progress(ev[1], ev[2])
                     elif ev[0] == "step":
                         r = ev[1]
                         generated += len(r.tokens)
+                        steps += 1 if r.tokens else 0
+                        drafted, accepted = drafted + r.n_drafted, accepted + r.n_accepted
                         reason = r.finish_reason or reason
+                        if on_step:
+                            on_step(r)
                         if r.text:
                             text.append(r.text)
                             if on_text:
@@ -157,6 +254,8 @@ class Conversation:
                 self.engine.cancel()
                 worker.join()
                 raise
+            finally:
+                self._stop = None
         worker.join()
         # Turn boundary: hybrid models keep their recurrent state here so that editing or
         # retrying a later turn recomputes only what follows (a no-op for dense models).
@@ -168,7 +267,8 @@ class Conversation:
             text=reply, finish_reason=reason, prompt_tokens=len(prompt), reused_tokens=reused,
             prefill_tokens=after["n_prefill_tokens"] - before["n_prefill_tokens"],
             prefill_ms=after["prefill_ms"] - before["prefill_ms"],
-            generated_tokens=generated, decode_ms=after["decode_ms"] - before["decode_ms"])
+            generated_tokens=generated, decode_ms=after["decode_ms"] - before["decode_ms"],
+            n_steps=steps, n_drafted=drafted, n_accepted=accepted)
         return self.last
 
     def _generate(self, prompt: list[int], sampling: Sampling, max_tokens: int, stop: threading.Event,

@@ -1,0 +1,314 @@
+"""The app's slash commands (`cmd_<name>`), mixed into LuceApp. The table is in commands.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from textual import work
+
+from luce_tui import attachments, commands, config
+from luce_tui.attachments import AttachmentError
+from luce_tui.widgets.messages import AssistantMessage, UserMessage
+
+
+class CommandsMixin:
+    """Needs the LuceApp attributes: conv, engine, model, persist, pending, job, say(), …"""
+
+    async def run_command(self, line: str) -> None:
+        try:
+            cmd, rest = commands.parse(line)
+        except commands.CommandError as e:
+            await self.say(str(e), "error")
+            return
+        try:
+            await getattr(self, "cmd_" + cmd.name)(rest)
+        except commands.CommandError as e:
+            await self.say(str(e), "error")
+        except Exception as e:   # a command must never take the app down
+            await self.say(f"/{cmd.name} failed: {e}", "error")
+
+    def _need_idle(self, what: str) -> None:
+        if self.job is not None:
+            raise commands.CommandError(f"{what} has to wait until the reply is done (Esc cancels it)")
+
+    def _need_store(self) -> None:
+        if self.persist is None:
+            raise commands.CommandError("chats are not being saved this time (see the note at the start)")
+
+    # -- information -------------------------------------------------------------------------------
+    async def cmd_help(self, rest: str) -> None:
+        await self.say(commands.help_text())
+
+    async def cmd_quit(self, rest: str) -> None:
+        await self.action_quit()
+
+    async def cmd_stats(self, rest: str) -> None:
+        eng, last = self.engine, self.last_result
+        s = eng.stats()
+        lines = [f"last reply: {last.summary()}" if last else "last reply: none yet",
+                 f"context: {eng.n_past:,} of {eng.n_ctx:,} tokens in use, {len(self.conv.messages)} messages",
+                 f"total: prefill {s['n_prefill_tokens']:,} tok in {s['prefill_ms'] / 1e3:.2f} s, "
+                 f"decode {s['n_decode_tokens']:,} tok in {s['decode_ms'] / 1e3:.2f} s"]
+        if last is not None and last.acceptance is not None:
+            lines.append(f"speculation: {last.n_accepted}/{last.n_drafted} drafted tokens accepted "
+                         f"({100 * last.acceptance:.0f}%), AL {last.accept_length:.2f}")
+        await self.say("\n".join(lines))
+
+    async def cmd_model(self, rest: str) -> None:
+        m, eng = self.model, self.engine
+
+        def spec(path: str | None, what: str) -> str:
+            return f"{path} (configured; {what} is not available in this build yet)" if path else "none"
+
+        await self.say("\n".join([
+            f"model:   {m.name} ({m.arch}, {m.n_params / 1e6:.1f}M params, {config.human_bytes(m.weight_bytes)})",
+            f"file:    {m.path}",
+            f"draft:   {spec(self.opts.draft, 'speculative decoding')}",
+            f"prefill drafter: {spec(self.opts.prefill_drafter, 'prompt compression')}",
+            f"device:  {m.device}",
+            f"weights: {m.weight_types}",
+            f"context: n_ctx {eng.n_ctx:,} (trained {m.n_ctx_train:,}), KV {eng.cache_type_k}/{eng.cache_type_v}",
+            "memory plan:",
+            config.format_plan(eng.memory_plan()),
+        ]))
+
+    # -- settings ----------------------------------------------------------------------------------
+    async def cmd_system(self, rest: str) -> None:
+        if not rest:
+            await self.say(f"system: {self.conv.system}" if self.conv.system else "system: (the template's default)")
+            return
+        self._need_idle("changing the system prompt")
+        self.conv.system = rest
+        if self.persist is not None:
+            self.persist.update_settings(system=rest)
+        await self.say("system prompt set; it applies from the next reply")
+
+    async def cmd_sampling(self, rest: str) -> None:
+        if rest:
+            try:
+                self.sampling = config.parse_sampling_assignments(rest.split(), self.sampling)
+            except ValueError as e:
+                raise commands.CommandError(str(e)) from None
+        await self.say(config.format_sampling(self.sampling))
+
+    async def cmd_theme(self, rest: str) -> None:
+        names = sorted(self.available_themes)
+        if not rest:
+            await self.say(f"theme: {self.theme} (available: {', '.join(names)})")
+            return
+        if rest not in self.available_themes:
+            raise commands.CommandError(f"unknown theme {rest!r} (available: {', '.join(names)})")
+        self.theme = rest
+        await self.say(f"theme: {rest}")
+
+    async def cmd_highlight(self, rest: str) -> None:
+        self.highlight = not self.highlight
+        for w in self.query(AssistantMessage):
+            w.set_highlight(self.highlight)
+        await self.say("highlight on: replies show raw text, tokens from accepted drafts coloured"
+                       if self.highlight else "highlight off: replies are rendered as Markdown")
+
+    # -- attachments -------------------------------------------------------------------------------
+    async def cmd_attach(self, rest: str) -> None:
+        paths = commands.split_args(rest)
+        if not paths:
+            raise commands.CommandError("usage: /attach PATH… (text files; quote paths with spaces)")
+        for p in paths:
+            self._read_attachment(p)
+
+    async def attach_text(self, name: str, text: str) -> None:
+        self._read_attachment(name, text=text)
+
+    @work(thread=True, group="attach")
+    def _read_attachment(self, path: str, text: str | None = None) -> None:
+        """Worker thread: read + count tokens (seconds for a big file), then back on the UI."""
+        name = Path(path).name
+        self.call_from_thread(self._counting, name, True)
+        tok = self.model.tokenizer
+        try:
+            att = (attachments.from_text(name, text, tok) if text is not None else attachments.read(path, tok))
+        except AttachmentError as e:
+            self.call_from_thread(self._attach_done, name, None, str(e))
+        else:
+            self.call_from_thread(self._attach_done, name, att, None)
+
+    def _counting(self, name: str, on: bool) -> None:
+        chips = self.query_one("#chips")
+        if on:
+            chips.pending.append(name)
+        elif name in chips.pending:
+            chips.pending.remove(name)
+        self._refresh_chips()
+
+    async def _attach_done(self, name: str, att, error: str | None) -> None:
+        self._counting(name, False)
+        if error:
+            await self.say(error, "error")
+            return
+        self.pending.append(att)
+        self._refresh_chips()
+        n_ctx = self.engine.n_ctx
+        total = sum(a.n_tokens for a in self.pending)
+        problem = attachments.budget_error(self.engine.n_past + total, n_ctx,
+                                           min(self.opts.max_tokens, self.opts.reply_reserve), self.model.n_ctx_train)
+        if problem:
+            await self.say(f"{att.name} ({att.n_tokens:,} tokens) will not fit: with the chat so far it needs "
+                           f"about {self.engine.n_past + total:,} of {n_ctx:,} tokens. "
+                           + problem.split("; ", 1)[1].capitalize(), "warning")
+
+    async def cmd_detach(self, rest: str) -> None:
+        if not self.pending:
+            raise commands.CommandError("there are no attachments to drop")
+        if rest:
+            keep = [a for a in self.pending if a.name != rest]
+            if len(keep) == len(self.pending):
+                raise commands.CommandError(f"no attachment named {rest!r} "
+                                            f"(pending: {', '.join(a.name for a in self.pending)})")
+            dropped = len(self.pending) - len(keep)
+            self.pending = keep
+        else:
+            dropped, self.pending = len(self.pending), []
+        self._refresh_chips()
+        await self.say(f"dropped {dropped} attachment{'s' if dropped != 1 else ''}")
+
+    # -- conversation ------------------------------------------------------------------------------
+    async def cmd_new(self, rest: str) -> None:
+        self._need_idle("/new")
+        self.conv.reset()
+        if self.persist is not None:
+            self.persist.new()
+        self.edit_index, self.pending, self.last_result = None, [], None
+        self._refresh_chips()
+        await self.chat.remove_children()
+        self.live.last = ""
+        self._show_stats()
+        self._update_title()
+        await self.say("new chat")
+
+    async def cmd_retry(self, rest: str) -> None:
+        self._need_idle("/retry")
+        msgs = self.conv.messages
+        if not msgs or msgs[-1]["role"] != "assistant":
+            raise commands.CommandError("there is no reply to retry yet")
+        await self._remove_from(len(msgs) - 1)
+        await self._start_reply(msgs[:-1], None, [])
+
+    async def cmd_edit(self, rest: str) -> None:
+        self._need_idle("/edit")
+        users = [i for i, m in enumerate(self.conv.messages) if m["role"] == "user"]
+        if not users:
+            raise commands.CommandError("there is no message of yours to edit yet")
+        i = users[-1]
+        msg = self.conv.messages[i]
+        self.edit_index = i
+        self.pending = [attachments.Attachment(a["name"], a["text"], a.get("n_tokens") or 0, a.get("sha256"))
+                        for a in msg.get("attachments") or ()]
+        self._refresh_chips()
+        self.prefill_input(msg.get("content") or "")
+        await self.say("editing your last message: Enter sends it as a new branch (the original stays saved), "
+                       "Esc cancels the edit")
+
+    # -- sessions ----------------------------------------------------------------------------------
+    async def cmd_save(self, rest: str) -> None:
+        self._need_store()
+        sid = self.persist.save_as(rest.strip() or None)
+        self._update_title()
+        title = self.persist.title or "(untitled)"
+        await self.say(f"saved as “{title}” (chat {sid}); every message is saved as it completes, "
+                       f"`luce-chat --resume {sid}` reopens it")
+
+    async def cmd_export(self, rest: str) -> None:
+        self._need_store()
+        args = commands.split_args(rest)
+        if not args or args[0] not in ("md", "json"):
+            raise commands.CommandError("usage: /export md|json [PATH]")
+        if self.persist.session_id is None or not self.conv.messages:
+            raise commands.CommandError("nothing to export yet: send a message first")
+        fmt, sid = args[0], self.persist.session_id
+        path = Path(args[1]).expanduser() if len(args) > 1 else Path.cwd() / f"luce-chat-{sid}.{fmt}"
+        store = self.persist.store
+        text = (store.export_markdown(sid) if fmt == "md"
+                else json.dumps(store.export_json(sid), ensure_ascii=False, indent=2) + "\n")
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise commands.CommandError(f"cannot write {path}: {e.strerror or e}") from None
+        await self.say(f"exported to {path}")
+
+    async def cmd_sessions(self, rest: str) -> None:
+        self._need_store()
+        from luce_tui.screens.sessions import SessionsScreen
+
+        async def done(result: dict | None) -> None:
+            if not result:
+                return
+            current = self.persist.session_id
+            if current is not None and current in result["deleted"]:
+                self.persist.new()
+                await self.say("the open chat was deleted; what is on screen is no longer saved", "warning")
+            if current in result["renamed"]:
+                self.persist.title = self.persist.store.get_session(current).title
+            self._update_title()
+            if result["open"] is not None:
+                await self.open_session(result["open"])
+
+        await self.push_screen(SessionsScreen(self.persist.store, self.persist.session_id), done)
+
+    async def cmd_resume(self, rest: str) -> None:
+        self._need_store()
+        from luce_sessions import NotFoundError
+
+        try:
+            sid = self.persist.resolve(rest.strip() or "last")
+        except NotFoundError as e:
+            raise commands.CommandError(str(e)) from None
+        await self.open_session(sid)
+
+    async def open_session(self, session_id: int) -> None:
+        """Show a saved chat and prefill its history into the engine (in a worker)."""
+        self._need_idle("opening a chat")
+        messages = self.persist.load(session_id)
+        self.conv.messages = messages
+        self.conv.system = self.persist.settings.get("system") or self.opts.system
+        self.edit_index, self.pending, self.last_result = None, [], None
+        self._refresh_chips()
+        await self.chat.remove_children()
+        widgets = []
+        for i, m in enumerate(messages):
+            if m["role"] == "user":
+                widgets.append(UserMessage(m, i))
+            elif m["role"] == "assistant":
+                stats = m.get("stats") or {}
+                footer = _stored_footer(stats)
+                w = AssistantMessage(i, highlight=self.highlight, text=m["content"], spans=m.get("spans"),
+                                     footer=footer)
+                w.set_class(stats.get("finish_reason") == "cancelled", "cancelled")
+                widgets.append(w)
+        if widgets:
+            await self.chat.mount_all(widgets)
+        self.chat.anchor()
+        self._update_title()
+        await self.say(f"opened “{self.persist.title or '(untitled)'}” ({len(messages)} messages)")
+        self._prefill_history()
+
+    def _prefill_history(self) -> None:
+        from luce_tui.generation import Job
+
+        conv = self.conv
+        job = Job("prefill", lambda job: conv.prefill_history(progress=job.on_progress), self, cancel=conv.cancel,
+                  clock=self.job_clock)
+        self._start_job(job, note="prefilling the history")
+
+
+def _stored_footer(stats: dict) -> str:
+    if not stats:
+        return ""
+    n, ms = stats.get("generated_tokens"), stats.get("decode_ms")
+    parts = []
+    if n is not None:
+        parts.append(f"{n:,} tok" + (f" @ {n / ms * 1e3:.1f} tok/s" if ms else ""))
+    reason = stats.get("finish_reason")
+    if reason in ("cancelled", "length", "context"):
+        parts.append({"cancelled": "cancelled", "length": "stopped at --max-tokens", "context": "context full"}[reason])
+    return " · ".join(parts)

@@ -1,0 +1,84 @@
+"""Attachments: text files (or big pastes) that go into the next user message as separate parts.
+
+Only text is accepted: a file with NUL bytes or invalid UTF-8 is refused with a message saying
+so. Token counts use the model's own tokenizer (run it in a worker: a large file takes a while).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+MAX_BYTES = 64 * 2**20          # beyond any context we can hold; refuse before reading it all
+CTX_ROUND = 256                 # the engine rounds n_ctx up to a multiple of this
+
+
+class AttachmentError(ValueError):
+    """A file that cannot be attached (the message names it and says why)."""
+
+
+@dataclasses.dataclass
+class Attachment:
+    name: str
+    text: str
+    n_tokens: int
+    sha256: str | None = None   # set once the session store has it
+
+    @property
+    def part(self) -> dict:
+        """The message part the prompt is rendered from (conversation.render_content)."""
+        return {"name": self.name, "text": self.text}
+
+    def chip(self) -> str:
+        return f"{self.name} · {self.n_tokens:,} tok"
+
+
+def decode_text(name: str, data: bytes) -> str:
+    if b"\x00" in data[:65536]:
+        raise AttachmentError(f"{name} looks like a binary file (it contains NUL bytes); only text files "
+                              "can be attached")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise AttachmentError(f"{name} is not UTF-8 text (bad byte at offset {e.start}); only text files "
+                              "can be attached") from None
+    return text.replace("\r\n", "\n")
+
+
+def read(path: str | Path, tokenizer) -> Attachment:
+    """Read and count one file (blocking: call it from a worker)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise AttachmentError(f"{path} is a directory; attach the files in it one by one")
+    try:
+        size = p.stat().st_size
+        if size > MAX_BYTES:
+            raise AttachmentError(f"{p.name} is {size / 2**20:.0f} MiB; attachments are limited to "
+                                  f"{MAX_BYTES // 2**20} MiB of text")
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise AttachmentError(f"{path}: no such file") from None
+    except OSError as e:
+        raise AttachmentError(f"{path}: {e.strerror or e}") from None
+    return from_text(p.name, decode_text(p.name, data), tokenizer)
+
+
+def from_text(name: str, text: str, tokenizer) -> Attachment:
+    return Attachment(name, text, len(tokenizer.encode(text, add_special=False, parse_special=False)))
+
+
+def round_ctx(n: int) -> int:
+    return -(-n // CTX_ROUND) * CTX_ROUND
+
+
+def budget_error(prompt_tokens: int, n_ctx: int, reserve: int, n_ctx_train: int = 0) -> str | None:
+    """None when the prompt plus `reserve` tokens of reply fit the context; else what to do."""
+    need = prompt_tokens + reserve
+    if need <= n_ctx:
+        return None
+    advice = [f"restart with --max-ctx {round_ctx(need)}"]
+    if n_ctx_train and round_ctx(need) > n_ctx_train:
+        advice = [f"the model was trained for {n_ctx_train:,} tokens, so a larger --max-ctx will not help"]
+    advice += ["/detach a file", "/new to start without the history"]
+    return (f"this message does not fit the context: the prompt is {prompt_tokens:,} tokens plus room for "
+            f"{reserve:,} of reply, but the context holds {n_ctx:,}; " + ", or ".join(advice))

@@ -1,0 +1,106 @@
+"""Generation off the UI thread: a worker thread runs the engine, the UI drains a queue at ~30 Hz.
+
+The worker never touches widgets. Streamed data (prefill progress, committed steps with their
+(text, drafted) spans) goes into a queue.SimpleQueue, stamped with the worker's clock; the app's
+timer drains it in one batch per frame, so the UI does one update per frame, never one per token.
+Lifecycle events (started, finished, failed) are Textual messages posted to the app (post_message
+is thread-safe); a handler drains the queue first, so it never overtakes the stream.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+from textual.message import Message
+from textual.message_pump import MessagePump
+
+
+class JobStarted(Message):
+    """The prompt is known and accepted: reused of prompt_tokens are already in the context."""
+
+    def __init__(self, job: "Job", reused: int, prompt_tokens: int):
+        super().__init__()
+        self.job, self.reused, self.prompt_tokens = job, reused, prompt_tokens
+
+
+class JobFinished(Message):
+    def __init__(self, job: "Job", result: Any):
+        super().__init__()
+        self.job, self.result = job, result
+
+
+class JobFailed(Message):
+    def __init__(self, job: "Job", error: BaseException):
+        super().__init__()
+        self.job, self.error = job, error
+
+
+class Job:
+    """One piece of engine work (a reply, or prefilling a resumed chat) on its own thread.
+
+    work(job) runs on the thread and reports through job.on_start / on_progress / on_step;
+    whatever it returns arrives in JobFinished, whatever it raises in JobFailed.
+    """
+
+    def __init__(self, kind: str, work: Callable[["Job"], Any], target: MessagePump, *,
+                 cancel: Callable[[], None], clock: Callable[[], float] = time.monotonic):
+        self.kind = kind                    # "reply" or "prefill"
+        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        self.cancel_requested = threading.Event()
+        self.started = False                # set on the UI side by JobStarted
+        self.info: dict[str, Any] = {}      # the UI's bookkeeping for this job
+        self._work, self._target, self._cancel, self._clock = work, target, cancel, clock
+        self._thread = threading.Thread(target=self._main, name=f"luce-{kind}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def cancel(self) -> None:
+        """From the UI: stop at the next graph boundary (the partial reply is kept)."""
+        self.cancel_requested.set()
+        self._cancel()
+
+    def _main(self) -> None:
+        try:
+            result = self._work(self)
+        except BaseException as e:   # reported to the UI, never lost in a thread
+            self._target.post_message(JobFailed(self, e))
+        else:
+            self._target.post_message(JobFinished(self, result))
+
+    # -- called on the worker thread -----------------------------------------------------------
+    def on_start(self, reused: int, prompt_tokens: int) -> None:
+        self.events.put(("start", self._clock(), reused, prompt_tokens))
+        self._target.post_message(JobStarted(self, reused, prompt_tokens))
+        self._recheck()
+
+    def on_progress(self, done: int, total: int) -> None:
+        self.events.put(("progress", self._clock(), done, total))
+
+    def on_step(self, step) -> None:
+        self.events.put(("step", self._clock(), step))
+        self._recheck()
+
+    def _recheck(self) -> None:
+        # Esc may arrive before the engine's generate() cleared its cancel flag: ask again.
+        if self.cancel_requested.is_set():
+            self._cancel()
+
+    # -- called on the UI thread ---------------------------------------------------------------
+    def drain(self) -> list[tuple]:
+        out = []
+        try:
+            while True:
+                out.append(self.events.get_nowait())
+        except queue.Empty:
+            return out

@@ -1,0 +1,111 @@
+"""The user's config file, `$XDG_CONFIG_HOME/luce/config.toml` (default `~/.config/luce/config.toml`).
+
+It holds model paths and defaults; flags given on the command line override it. Example:
+
+    target = "~/models/Qwen3-0.6B-Q8_0.gguf"
+    device = "cuda:0"
+    max_ctx = 32768
+    cache_type_k = "q8_0"
+    theme = "dark"
+
+    [sampling]
+    temperature = 0.6
+    top_k = 20
+
+Unknown keys and values of the wrong type are errors (a typo should not be ignored silently).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+from luce_tui import config
+
+# key -> (type, built-in default used when neither the flag nor the file gives one)
+KEYS: dict[str, tuple[type | tuple[type, ...], object]] = {
+    "target": (str, None),
+    "draft": (str, None),
+    "prefill_drafter": (str, None),
+    "device": (str, "auto"),
+    "max_ctx": (int, None),            # None: config.DEFAULT_MAX_CTX (and "not given" for the cap note)
+    "cache_type_k": (str, "f16"),
+    "cache_type_v": (str, "f16"),
+    "threads": (int, 0),
+    "max_tokens": (int, config.DEFAULT_MAX_TOKENS),
+    "system": (str, None),
+    "data_dir": (str, None),
+    "theme": (str, "dark"),
+    "highlight": (bool, False),
+    "paste_threshold": (int, 2000),
+}
+
+
+class ConfigError(ValueError):
+    """The config file cannot be read or holds something we do not understand."""
+
+
+def config_dir() -> Path:
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".config") / "luce"
+
+
+def config_path() -> Path:
+    return config_dir() / "config.toml"
+
+
+def themes_dir() -> Path:
+    return config_dir() / "themes"
+
+
+def load(path: str | os.PathLike | None = None) -> dict:
+    """The file's settings as a flat dict (sampling keys included); {} when the default file is absent."""
+    explicit = path is not None
+    p = Path(path).expanduser() if explicit else config_path()
+    if not p.is_file():
+        if explicit:
+            raise ConfigError(f"{p}: no such config file")
+        return {}
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"{p}: {e}") from None
+    out: dict = {}
+    sampling = data.pop("sampling", {})
+    if not isinstance(sampling, dict):
+        raise ConfigError(f"{p}: [sampling] must be a table")
+    for key, value in data.items():
+        key = key.replace("-", "_")
+        if key not in KEYS:
+            raise ConfigError(f"{p}: unknown key {key!r} (known: {', '.join(KEYS)}, [sampling])")
+        out[key] = _typed(p, key, value, KEYS[key][0])
+    for key, value in sampling.items():
+        field = config._ALIASES.get(key.lower())
+        if field is None:
+            raise ConfigError(f"{p}: unknown sampling key {key!r} (known: {', '.join(config.SAMPLING_KEYS)})")
+        kind = config.SAMPLING_KEYS[field][0]
+        out[field] = _typed(p, f"sampling.{key}", value, (int, float) if kind is float else kind)
+    for key in ("cache_type_k", "cache_type_v"):
+        if key in out and out[key] not in config.CACHE_TYPES:
+            raise ConfigError(f"{p}: {key} must be one of {', '.join(config.CACHE_TYPES)}")
+    return out
+
+
+def _typed(path: Path, key: str, value, kind):
+    # bool is an int in Python; do not let `max_ctx = true` through
+    ok = isinstance(value, kind) and not (isinstance(value, bool) and kind in (int, (int, float)))
+    if not ok:
+        name = kind.__name__ if isinstance(kind, type) else "number"
+        raise ConfigError(f"{path}: {key} must be a {name}, got {value!r}")
+    return value
+
+
+def merge(args, file_cfg: dict) -> None:
+    """Fill every setting the command line left out (None) from the file, else the built-in default."""
+    for key, (_, default) in KEYS.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, file_cfg.get(key, default))
+    for field in config.SAMPLING_KEYS:
+        if getattr(args, field, None) is None and field in file_cfg:
+            setattr(args, field, file_cfg[field])

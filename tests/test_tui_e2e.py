@@ -1,0 +1,117 @@
+"""End to end in a real terminal: `luce-chat` (the Textual app) in tmux with the real SmolLM2 on
+CPU, greedy. Ask, see the reply, /save, Ctrl+O through $EDITOR, quit; relaunch with --resume last
+and see the history again. Skipped where tmux is missing."""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+import luce_engine as le
+from luce_engine import Sampling
+from luce_tui.conversation import Conversation
+
+TMUX = shutil.which("tmux")
+pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux is not installed")
+QUESTION = "What is the capital of France?"
+
+
+class Terminal:
+    """One tmux server of our own (-L), so the user's sessions are never touched."""
+
+    def __init__(self, env: dict, cols: int = 110, rows: int = 36):
+        self.sock, self.name, self.env = f"luce-test-{uuid.uuid4().hex[:8]}", "chat", env
+        self.cols, self.rows = cols, rows
+
+    def tmux(self, *args, check=True) -> subprocess.CompletedProcess:
+        return subprocess.run([TMUX, "-L", self.sock, *args], capture_output=True, text=True, check=check)
+
+    def start(self, argv: list[str]) -> None:
+        cmd = " ".join(shlex.quote(a) for a in argv)
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        self.tmux("new-session", "-d", "-s", self.name, "-x", str(self.cols), "-y", str(self.rows),
+                  f"env {exports} {cmd}; sleep 30")   # sleep: keep the pane to read an exit message
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", self.name).stdout
+
+    def keys(self, *keys: str, literal: bool = False) -> None:
+        self.tmux("send-keys", "-t", self.name, *(["-l"] if literal else []), *keys)
+
+    def wait_for(self, text: str, timeout: float = 60.0) -> str:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"{text!r} did not appear; the screen shows:\n{self.screen()}")
+
+    def wait_exit(self, timeout: float = 30.0) -> str:
+        """Until the app has left the alternate screen (the shell's `sleep` keeps the pane)."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.tmux("display-message", "-p", "-t", self.name, "#{alternate_on}").stdout.strip() == "0":
+                return self.screen()
+            time.sleep(0.2)
+        raise AssertionError(f"luce-chat did not quit; the screen shows:\n{self.screen()}")
+
+    def kill(self) -> None:
+        self.tmux("kill-server", check=False)
+
+
+def expected_reply(max_tokens: int) -> str:
+    m = le.Model(le.default_model_path(), device="cpu", n_threads=1)
+    conv = Conversation(le.Engine(m, n_ctx=1024))
+    greedy = Sampling.chat_default().updated(temperature=0)
+    return conv.reply(QUESTION, sampling=greedy, max_tokens=max_tokens).text
+
+
+def test_chat_save_quit_resume_in_tmux(tmp_path):
+    editor = tmp_path / "editor.sh"
+    editor.write_text("#!/bin/sh\nprintf 'Typed in the editor' > \"$1\"\n")
+    editor.chmod(0o755)
+    env = {"LUCE_DATA_DIR": str(tmp_path / "data"), "XDG_CONFIG_HOME": str(tmp_path / "config"),
+           "EDITOR": str(editor), "TERM": "xterm-256color", "COLORTERM": "truecolor",
+           "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    argv = [sys.executable, "-m", "luce_tui", "--device", "cpu", "--threads", "1", "--temp", "0",
+            "--max-tokens", "12", "--max-ctx", "1024"]
+    reply = expected_reply(12)
+    first_words = " ".join(reply.split()[:3])
+    assert first_words
+
+    term = Terminal(env)
+    try:
+        term.start(argv)
+        term.wait_for("/help lists the commands")
+        term.keys(QUESTION, literal=True)
+        term.keys("Enter")
+        screen = term.wait_for("stopped at --max-tokens")
+        assert QUESTION in screen and first_words in screen
+        term.keys("/save France chat", literal=True)
+        term.keys("Enter")
+        term.wait_for("saved as “France chat”")
+        term.keys("C-o")                                   # $EDITOR writes the message
+        term.wait_for("Typed in the editor")
+        term.keys("C-u")                                   # clear the line again
+        term.keys("/quit", literal=True)
+        term.keys("Enter")
+        term.wait_exit()
+        term.kill()
+
+        term = Terminal(env)
+        term.start(argv + ["--resume", "last"])
+        screen = term.wait_for("history prefilled")
+        assert "opened “France chat” (2 messages)" in screen
+        assert QUESTION in screen and first_words in screen
+        assert "France chat" in screen.splitlines()[0]     # the header names the chat
+        term.keys("C-q")
+        term.wait_exit()
+    finally:
+        term.kill()
