@@ -53,6 +53,15 @@ class Terminal:
             time.sleep(0.2)
         raise AssertionError(f"{text!r} did not appear; the screen shows:\n{self.screen()}")
 
+    def wait_gone(self, text: str, timeout: float = 60.0) -> str:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            screen = self.screen()
+            if text not in screen:
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"{text!r} did not go away; the screen shows:\n{self.screen()}")
+
     def wait_exit(self, timeout: float = 30.0) -> str:
         """Until the app has left the alternate screen (the shell's `sleep` keeps the pane)."""
         t0 = time.monotonic()
@@ -100,7 +109,9 @@ def test_chat_save_quit_resume_in_tmux(tmp_path):
         term.keys("C-o")                                   # $EDITOR writes the message
         term.wait_for("Typed in the editor")
         term.keys("C-u")                                   # clear the line again
+        term.wait_gone("Typed in the editor")              # (keys sent while the app resumes could be lost)
         term.keys("/quit", literal=True)
+        term.wait_for("/quit")
         term.keys("Enter")
         term.wait_exit()
         term.kill()
