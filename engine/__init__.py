@@ -13,10 +13,12 @@ try:
 finally:
     _sys.setdlopenflags(_flags)
 
+from luce_engine.draft import DraftModel
 from luce_engine.engine import Engine, StepResult
 from luce_engine.errors import (
     ComputeError,
     ContextFullError,
+    DraftMismatchError,
     DeviceError,
     EngineError,
     EngineStateError,
@@ -35,7 +37,7 @@ __all__ = [
     "Engine", "StepResult", "Model", "devices", "Sampling",
     "EngineError", "ModelFileError", "ModelFormatError", "ModelValidationError", "UnsupportedModelError",
     "DeviceError", "InsufficientMemoryError", "ContextFullError", "GenerationCancelled", "EngineStateError",
-    "ComputeError", "InvalidArgumentError",
+    "ComputeError", "InvalidArgumentError", "DraftModel", "DraftMismatchError",
 ]
 
 

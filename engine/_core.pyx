@@ -325,3 +325,96 @@ cdef class CoreEngine:
         cdef luce_status st = luce_engine_memory_plan(self.ptr, &p)
         _check(st)
         return _plan_dict(&p)
+
+
+cdef class CoreDraft:
+    """A DFlash draft model bound to its target CoreModel (kept alive by this object)."""
+    cdef luce_draft * ptr
+    cdef readonly CoreModel target
+    cdef readonly str path
+    cdef int block
+    cdef int n_vocab
+    cdef int n_features
+
+    def __cinit__(self, str path, CoreModel target, int n_ctx_draft=4096, bint use_mmap=True):
+        cdef luce_draft_params params = luce_draft_default_params()
+        cdef bytes bpath = path.encode()
+        cdef const char * cpath = bpath
+        cdef luce_status st
+        cdef luce_draft_info info
+        params.n_ctx_draft = n_ctx_draft
+        params.use_mmap = use_mmap
+        self.path = path
+        self.target = target
+        with nogil:
+            st = luce_draft_load(cpath, target.ptr, params, &self.ptr)
+        _check(st)
+        _check(luce_draft_get_info(self.ptr, &info))
+        self.block = info.block_size
+        self.n_vocab = info.n_vocab
+        self.n_features = info.n_capture * info.n_embd
+
+    def __dealloc__(self):
+        if self.ptr is not NULL:
+            luce_draft_free(self.ptr)
+            self.ptr = NULL
+
+    @property
+    def info(self):
+        cdef luce_draft_info i
+        _check(luce_draft_get_info(self.ptr, &i))
+        return {
+            "arch": i.arch.decode(), "dialect": "lucebox" if i.dialect == LUCE_DRAFT_LUCEBOX else "llama",
+            "block_size": i.block_size, "mask_token_id": i.mask_token_id,
+            "capture_layers": tuple(i.capture[k] for k in range(i.n_capture)),
+            "n_layer": i.n_layer, "n_embd": i.n_embd, "n_vocab": i.n_vocab, "n_ctx_draft": i.n_ctx_draft,
+            "sliding_window": i.sliding_window, "n_swa_layers": i.n_swa_layers,
+            "own_embedding": bool(i.own_embedding), "own_lm_head": bool(i.own_lm_head),
+            "weight_bytes": i.weight_bytes, "kv_bytes": i.kv_bytes, "compute_bytes": i.compute_bytes,
+            "n_graph_builds": i.n_graph_builds, "n_graph_reuses": i.n_graph_reuses,
+        }
+
+    def reset(self):
+        cdef luce_status st
+        with nogil:
+            st = luce_draft_reset(self.ptr)
+        _check(st)
+
+    def inject(self, features, int start_pos):
+        """features: float32 [n, n_capture * n_embd] of positions start_pos..start_pos+n-1."""
+        arr = np.ascontiguousarray(features, dtype=np.float32)
+        if arr.ndim == 1:
+            arr = arr.reshape(1, -1)
+        elif arr.ndim > 2:
+            arr = arr.reshape(arr.shape[0], -1)
+        if arr.shape[1] != self.n_features:
+            raise ValueError(f"features must have {self.n_features} columns (n_capture * n_embd), got {arr.shape[1]}")
+        if arr.shape[0] == 0:
+            return
+        cdef float[:, ::1] view = arr
+        cdef int32_t n = arr.shape[0]
+        cdef luce_status st
+        with nogil:
+            st = luce_draft_inject(self.ptr, &view[0, 0], n, start_pos)
+        _check(st)
+
+    def draft(self, int x0, int pos0):
+        """Greedy draft tokens of block rows 1..B-1 (row i predicts position pos0 + i)."""
+        out = np.empty(self.block - 1, dtype=np.int32)
+        cdef int32_t[::1] view = out
+        cdef luce_status st
+        with nogil:
+            st = luce_draft_run(self.ptr, x0, pos0, &view[0])
+        _check(st)
+        return out.tolist()
+
+    def logits(self):
+        """Logits of every row of the last block: float32 [B, n_vocab]."""
+        out = np.empty((self.block, self.n_vocab), dtype=np.float32)
+        cdef float[:, ::1] view = out
+        cdef int32_t n = self.block
+        cdef luce_status st
+        with nogil:
+            st = luce_draft_logits(self.ptr, 0, n, &view[0, 0])
+        _check(st)
+        return out

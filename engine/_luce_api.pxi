@@ -16,6 +16,7 @@ cdef extern from "luce.h" nogil:
         LUCE_ERR_CANCELLED
         LUCE_ERR_STATE
         LUCE_ERR_COMPUTE
+        LUCE_ERR_DRAFT_MISMATCH
 
     const char * luce_last_error()
     void luce_set_verbose(bint verbose)
@@ -136,3 +137,42 @@ cdef extern from "luce.h" nogil:
     void luce_engine_stats(const luce_engine * engine, luce_stats * out)
     void luce_engine_reset_stats(luce_engine * engine)
     luce_status luce_engine_memory_plan(const luce_engine * engine, luce_memory_plan * plan)
+
+    # ---- DFlash draft model
+    ctypedef struct luce_draft:
+        pass
+    enum: LUCE_DRAFT_MAX_CAPTURE
+    ctypedef struct luce_draft_params:
+        int32_t n_ctx_draft
+        bint use_mmap
+    luce_draft_params luce_draft_default_params()
+    ctypedef enum luce_draft_dialect:
+        LUCE_DRAFT_LLAMA
+        LUCE_DRAFT_LUCEBOX
+    ctypedef struct luce_draft_info:
+        char arch[32]
+        int32_t dialect
+        int32_t block_size
+        int32_t mask_token_id
+        int32_t n_capture
+        int32_t capture[64]
+        int32_t n_layer
+        int32_t n_embd
+        int32_t n_vocab
+        int32_t n_ctx_draft
+        int32_t sliding_window
+        int32_t n_swa_layers
+        bint own_embedding
+        bint own_lm_head
+        uint64_t weight_bytes
+        uint64_t kv_bytes
+        uint64_t compute_bytes
+        int64_t n_graph_builds
+        int64_t n_graph_reuses
+    luce_status luce_draft_load(const char * path, const luce_model * target, luce_draft_params params, luce_draft ** out)
+    void luce_draft_free(luce_draft * draft)
+    luce_status luce_draft_get_info(const luce_draft * draft, luce_draft_info * out)
+    luce_status luce_draft_reset(luce_draft * draft)
+    luce_status luce_draft_inject(luce_draft * draft, const float * features, int32_t n, int32_t start_pos)
+    luce_status luce_draft_run(luce_draft * draft, int32_t x0, int32_t pos0, int32_t * out_tokens)
+    luce_status luce_draft_logits(const luce_draft * draft, int32_t first, int32_t n, float * out)

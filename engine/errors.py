@@ -51,6 +51,11 @@ class InvalidArgumentError(EngineError, ValueError):
     """A parameter is out of range."""
 
 
+class DraftMismatchError(ModelValidationError):
+    """A valid DFlash draft that does not fit the target model (hidden size, capture layers,
+    feature width, vocabulary)."""
+
+
 # native status code (luce.h) -> exception class
 STATUS_ERRORS = {
     1: InvalidArgumentError,
@@ -64,4 +69,5 @@ STATUS_ERRORS = {
     9: GenerationCancelled,
     10: EngineStateError,
     11: ComputeError,
+    12: DraftMismatchError,
 }

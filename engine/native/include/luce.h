@@ -33,6 +33,7 @@ typedef enum luce_status {
     LUCE_ERR_CANCELLED   = 9,   // luce_engine_cancel() interrupted the call
     LUCE_ERR_STATE       = 10,  // call not valid in the current engine state
     LUCE_ERR_COMPUTE     = 11,  // graph computation failed or produced non-finite logits
+    LUCE_ERR_DRAFT_MISMATCH = 12, // a valid draft model that does not fit the target (hidden size, layers, vocabulary)
 } luce_status;
 
 // Message describing the last error on this thread ("" if none).
@@ -241,6 +242,66 @@ typedef struct luce_stats {
 LUCE_API void luce_engine_stats(const luce_engine * engine, luce_stats * out);
 LUCE_API void luce_engine_reset_stats(luce_engine * engine);
 LUCE_API luce_status luce_engine_memory_plan(const luce_engine * engine, luce_memory_plan * plan);
+
+// ---- DFlash draft model -------------------------------------------------------------------
+// A DFlash drafter (GGUF arch `dflash` of llama.cpp, or lucebox `dflash-draft` /
+// `qwen35-dflash-draft`) bound to its target model: it uses the target's token embedding and LM
+// head (unless the draft file ships its own) and runs on the target's device. Its context is a
+// per-layer KV cache of injected context positions (ring of n_ctx_draft positions, slot p mod
+// n_ctx_draft); a draft pass runs the block [x0, M, ..., M] (M = mask token) at positions
+// pos0..pos0+B-1, non-causally, attending to the injected positions in [pos0 - n_ctx_draft, pos0).
+// The target model must outlive the draft. One thread at a time per draft.
+typedef struct luce_draft luce_draft;
+
+#define LUCE_DRAFT_MAX_CAPTURE 64
+
+typedef struct luce_draft_params {
+    int32_t n_ctx_draft;   // context positions kept (ring size); <= 0: 4096
+    bool    use_mmap;      // CPU: map the file instead of copying it (default true)
+} luce_draft_params;
+
+LUCE_API luce_draft_params luce_draft_default_params(void);
+
+typedef enum luce_draft_dialect {
+    LUCE_DRAFT_LLAMA   = 0,   // llama.cpp arch `dflash` (`dflash.target_layers` = input of layer L)
+    LUCE_DRAFT_LUCEBOX = 1,   // `dflash-draft` / `qwen35-dflash-draft` (`dflash.target_layer_ids`)
+} luce_draft_dialect;
+
+typedef struct luce_draft_info {
+    char     arch[32];
+    int32_t  dialect;                          // luce_draft_dialect
+    int32_t  block_size;                       // B: tokens per block, x0 included (B-1 proposals)
+    int32_t  mask_token_id;
+    int32_t  n_capture;                        // captured target layers, Nf
+    int32_t  capture[LUCE_DRAFT_MAX_CAPTURE];  // internal convention: output of target layer i, feature order
+    int32_t  n_layer, n_embd, n_vocab;
+    int32_t  n_ctx_draft;
+    int32_t  sliding_window;                   // 0 = no SWA layer
+    int32_t  n_swa_layers;
+    bool     own_embedding, own_lm_head;       // the draft ships token_embd / an LM head
+    uint64_t weight_bytes;                     // draft weights (the target's embedding/head not counted)
+    uint64_t kv_bytes;                         // draft KV cache (ring + block scratch)
+    uint64_t compute_bytes;                    // scratch of the draft and inject graphs
+    int64_t  n_graph_builds, n_graph_reuses;
+} luce_draft_info;
+
+// Loads and validates a draft for `target`. Errors name the file and the key or tensor:
+// LUCE_ERR_DRAFT_MISMATCH when the draft does not fit this target (hidden size, capture layer
+// out of range, fc input width != Nf·E, mask token outside the vocabulary).
+LUCE_API luce_status luce_draft_load(const char * path, const luce_model * target, luce_draft_params params,
+                                     luce_draft ** out);
+LUCE_API void        luce_draft_free(luce_draft * draft);
+LUCE_API luce_status luce_draft_get_info(const luce_draft * draft, luce_draft_info * out);
+// Forgets every injected position.
+LUCE_API luce_status luce_draft_reset(luce_draft * draft);
+// Injects target features of context positions start_pos..start_pos+n-1: `features` is
+// [n][n_capture * n_embd] floats (per position the captured layers' hidden states, in capture order).
+LUCE_API luce_status luce_draft_inject(luce_draft * draft, const float * features, int32_t n, int32_t start_pos);
+// Runs one block with x0 at position pos0 and writes the greedy draft tokens of rows 1..B-1
+// (B-1 ids; row i predicts the token at pos0 + i) into out_tokens.
+LUCE_API luce_status luce_draft_run(luce_draft * draft, int32_t x0, int32_t pos0, int32_t * out_tokens);
+// Copies logits rows first..first+n-1 of the last run ([n][n_vocab] floats; rows 0..B-1).
+LUCE_API luce_status luce_draft_logits(const luce_draft * draft, int32_t first, int32_t n, float * out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,83 @@
+"""DFlash draft model (native): a small non-causal drafter conditioned on the target's hidden states.
+
+    target = Model("qwen3.6-27b.gguf")
+    draft = DraftModel("dflash-draft.gguf", target)          # llama.cpp or lucebox dialect
+    draft.inject(features, start_pos=0)                      # [n, len(capture_layers) * n_embd]
+    proposals = draft.draft(x0, pos0)                        # block_size - 1 greedy tokens
+
+It implements the `Drafter` protocol of luce_engine.speculative. `capture_layers` are in the
+internal convention (index i = output of target layer i = `Engine.set_capture(..., output=True)`).
+Every compute call releases the GIL.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from luce_engine import _core
+
+
+class DraftModel:
+    """A DFlash draft GGUF loaded on its target's device, with a draft KV cache of n_ctx_draft positions.
+
+    Raises DraftMismatchError when the file is a valid draft for another target (hidden size,
+    capture layers, fc width, mask token), ModelValidationError / UnsupportedModelError /
+    ModelFormatError for a bad file; messages name the file and the key or tensor.
+    """
+
+    def __init__(self, path: str | os.PathLike, target_model, *, n_ctx_draft: int = 4096, use_mmap: bool = True):
+        from luce_engine.model import Model
+
+        if not isinstance(target_model, Model) and isinstance(getattr(target_model, "model", None), Model):
+            target_model = target_model.model   # an Engine: its model
+        if not isinstance(target_model, Model):
+            raise TypeError(f"target_model must be a luce_engine.Model (or an Engine), not {type(target_model).__name__}")
+        core_target = target_model._core
+        self.path = str(Path(path).expanduser())
+        self.target = target_model
+        self._core = _core.CoreDraft(self.path, core_target, n_ctx_draft, use_mmap)
+        self._info = self._core.info
+
+    arch = property(lambda self: self._info["arch"])
+    dialect = property(lambda self: self._info["dialect"])            # "llama" or "lucebox"
+    block_size = property(lambda self: self._info["block_size"])
+    mask_token_id = property(lambda self: self._info["mask_token_id"])
+    capture_layers = property(lambda self: self._info["capture_layers"])
+    n_layer = property(lambda self: self._info["n_layer"])
+    n_embd = property(lambda self: self._info["n_embd"])
+    n_vocab = property(lambda self: self._info["n_vocab"])
+    n_ctx_draft = property(lambda self: self._info["n_ctx_draft"])
+    sliding_window = property(lambda self: self._info["sliding_window"])
+
+    @property
+    def memory(self) -> dict:
+        """Bytes: draft weights, draft KV cache, compute scratch (the target's embedding/head not counted)."""
+        i = self._core.info
+        return {"weights": i["weight_bytes"], "kv_cache": i["kv_bytes"], "compute": i["compute_bytes"]}
+
+    def stats(self) -> dict:
+        i = self._core.info
+        return {"n_graph_builds": i["n_graph_builds"], "n_graph_reuses": i["n_graph_reuses"]}
+
+    def reset(self) -> None:
+        """Forget every injected position."""
+        self._core.reset()
+
+    def inject(self, features: np.ndarray, start_pos: int) -> None:
+        """Target features [n, len(capture_layers) * n_embd] (or [n, n_capture, n_embd]) of
+        context positions start_pos..start_pos+n-1."""
+        self._core.inject(features, int(start_pos))
+
+    def draft(self, x0: int, pos0: int) -> list[int]:
+        """Greedy proposals for positions pos0+1..pos0+B-1 from the block [x0, M, ..., M] at pos0..."""
+        return self._core.draft(int(x0), int(pos0))
+
+    def logits(self) -> np.ndarray:
+        """Logits of every row of the last block, float32 [block_size, n_vocab]."""
+        return self._core.logits()
+
+    def __repr__(self) -> str:
+        return (f"DraftModel({Path(self.path).name!r}, {self.arch}/{self.dialect}, B={self.block_size}, "
+                f"capture={list(self.capture_layers)}, n_ctx_draft={self.n_ctx_draft})")

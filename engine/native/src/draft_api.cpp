@@ -1,0 +1,109 @@
+// draft_api.cpp — the C API of the DFlash draft model (luce.h, "DFlash draft model").
+#include "luce.h"
+#include "draft_model.h"
+#include "error.h"
+
+#include <cstring>
+#include <new>
+
+using luce::Error;
+
+template <typename F>
+static luce_status guarded(F && f) {
+    luce::clear_last_error();
+    try {
+        f();
+        return LUCE_OK;
+    } catch (const Error & e) {
+        luce::set_last_error(e.what());
+        return e.status;
+    } catch (const std::bad_alloc &) {
+        luce::set_last_error("out of host memory");
+        return LUCE_ERR_MEMORY;
+    } catch (const std::exception & e) {
+        luce::set_last_error(std::string("internal error: ") + e.what());
+        return LUCE_ERR_COMPUTE;
+    }
+}
+
+#define REQUIRE(cond, msg) do { if (!(cond)) throw Error(LUCE_ERR_INVALID_ARG, msg); } while (0)
+
+extern "C" {
+
+luce_draft_params luce_draft_default_params(void) {
+    luce_draft_params p{};
+    p.n_ctx_draft = 4096;
+    p.use_mmap = true;
+    return p;
+}
+
+luce_status luce_draft_load(const char * path, const luce_model * target, luce_draft_params params, luce_draft ** out) {
+    if (out) *out = nullptr;
+    return guarded([&] {
+        REQUIRE(path && target && out, "luce_draft_load: path, target and out are required");
+        auto d = std::make_unique<luce_draft>();
+        d->model = luce::load_draft_model(path, *target->impl, params.use_mmap);
+        d->ctx = std::make_unique<luce::DraftContext>(*d->model, params.n_ctx_draft);
+        *out = d.release();
+    });
+}
+
+void luce_draft_free(luce_draft * d) { delete d; }
+
+luce_status luce_draft_get_info(const luce_draft * d, luce_draft_info * out) {
+    return guarded([&] {
+        REQUIRE(d && out, "draft and out are required");
+        const luce::DraftModel & m = *d->model;
+        const luce::DraftHParams & hp = m.hp;
+        *out = {};
+        std::strncpy(out->arch, hp.arch.c_str(), sizeof(out->arch) - 1);
+        out->dialect = hp.lucebox ? LUCE_DRAFT_LUCEBOX : LUCE_DRAFT_LLAMA;
+        out->block_size = hp.block_size;
+        out->mask_token_id = hp.mask_token_id;
+        out->n_capture = int32_t(hp.capture.size());
+        for (size_t i = 0; i < hp.capture.size(); ++i) out->capture[i] = hp.capture[i];
+        out->n_layer = hp.n_layer;
+        out->n_embd = hp.n_embd;
+        out->n_vocab = m.n_vocab();
+        out->n_ctx_draft = d->ctx->n_ctx_draft();
+        out->sliding_window = hp.any_swa() ? hp.sliding_window : 0;
+        for (bool b : hp.swa) out->n_swa_layers += b ? 1 : 0;
+        out->own_embedding = m.own_embd;
+        out->own_lm_head = m.own_output;
+        out->weight_bytes = m.weight_bytes;
+        out->kv_bytes = d->ctx->kv_bytes();
+        out->compute_bytes = d->ctx->compute_bytes();
+        out->n_graph_builds = d->ctx->n_graph_builds();
+        out->n_graph_reuses = d->ctx->n_graph_reuses();
+    });
+}
+
+luce_status luce_draft_reset(luce_draft * d) {
+    return guarded([&] {
+        REQUIRE(d, "draft is NULL");
+        d->ctx->reset();
+    });
+}
+
+luce_status luce_draft_inject(luce_draft * d, const float * features, int32_t n, int32_t start_pos) {
+    return guarded([&] {
+        REQUIRE(d && features, "draft and features are required");
+        d->ctx->inject(features, n, start_pos);
+    });
+}
+
+luce_status luce_draft_run(luce_draft * d, int32_t x0, int32_t pos0, int32_t * out_tokens) {
+    return guarded([&] {
+        REQUIRE(d && out_tokens, "draft and out_tokens are required");
+        d->ctx->run(x0, pos0, out_tokens);
+    });
+}
+
+luce_status luce_draft_logits(const luce_draft * d, int32_t first, int32_t n, float * out) {
+    return guarded([&] {
+        REQUIRE(d && out, "draft and out are required");
+        d->ctx->copy_logits(first, n, out);
+    });
+}
+
+} // extern "C"

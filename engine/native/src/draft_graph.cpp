@@ -1,0 +1,379 @@
+// draft_graph.cpp — the DFlash draft context of design (A) (ALGORITHMS.md §1.4, GGUF-ARCHS.md §3.2):
+//
+//   inject  (features F [Nf·E, n] of positions p):  g = rmsnorm(fc·F)·hidden_norm; per layer
+//           K = rope(rmsnorm(W_k g)·k_norm, p), V = W_v g  -> cache rows B + (p mod W)
+//   draft   (block [x0, M × (B-1)] at pos0..pos0+B-1): per layer hn = rmsnorm(h)·attn_norm, Q/K/V,
+//           q/k norms, rope, block K/V -> cache rows 0..B-1, attention of the block over the
+//           injected context in [pos0 - W, pos0) ∪ the block (non-causal; SWA layers: key p_k
+//           visible to query p_q iff p_q - p_k < window, block keys included), W_o, residual,
+//           SwiGLU FFN; rmsnorm·output_norm; LM head -> logits [V, B]; greedy argmax per row.
+//
+// The cache is F32 and attention is computed with plain matmuls + softmax in F32, so the logits
+// track the float64 reference (tests/dflash_reference.py) to ~1e-6 relative. The features come
+// from the host here; a device source (the target's capture ring) only needs another way to fill
+// the `feats` input of the inject graph (e.g. get_rows over the rings instead of an input tensor).
+#include "draft_model.h"
+#include "device.h"
+#include "error.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace luce {
+
+static constexpr int kCtxPad = 256;    // attended context rows granularity (graph reuse)
+static constexpr int kInjectChunk = 512;
+static int round_up(int x, int to) { return (x + to - 1) / to * to; }
+
+static size_t draft_max_nodes(const DraftHParams & hp) { return size_t(64) * hp.n_layer + 256; }
+
+void DraftContext::Graph::clear() {
+    if (ctx) ggml_free(ctx);
+    ctx = nullptr;
+    gf = nullptr;
+    feats = tokens = pos = idx = mask = mask_swa = logits = argmax = nullptr;
+    key = -1;
+    block = 0;
+}
+
+// Argmax per row, ties to the lowest id (as graph_dense.cpp's greedy_argmax and the host sampler).
+static ggml_tensor * greedy_argmax(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * ramp) {
+    ggml_tensor * best = ggml_argmax(ctx, logits);
+    const int64_t V = logits->ne[0], n = logits->ne[1];
+    ggml_tensor * max_l = ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, V, n), ggml_reshape_2d(ctx, best, 1, n));
+    ggml_tensor * below = ggml_step(ctx, ggml_neg(ctx, ggml_sub(ctx, logits, ggml_reshape_2d(ctx, max_l, 1, n))));
+    ggml_tensor * tied_rank = ggml_mul(ctx, ggml_scale_bias(ctx, below, -1.0f, 1.0f), ramp);
+    return ggml_argmax(ctx, tied_rank);
+}
+
+DraftContext::DraftContext(DraftModel & d, int n_ctx_draft) : d_(d) {
+    const DraftHParams & hp = d_.hp;
+    B_ = hp.block_size;
+    W_ = n_ctx_draft > 0 ? n_ctx_draft : 4096;
+    chunk_ = std::min(kInjectChunk, W_);
+    const Model & t = *d_.target;
+
+    backend_ = ggml_backend_dev_init(d_.dev, nullptr);
+    if (!backend_) throw Error(LUCE_ERR_DEVICE, "cannot initialise backend " + std::string(ggml_backend_dev_name(d_.dev)));
+    std::vector<ggml_backend_t> backends = {backend_};
+    if (device_is_cpu(d_.dev)) {
+        set_backend_threads(backend_, t.n_threads);
+    } else {
+        cpu_backend_ = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
+        if (!cpu_backend_) throw Error(LUCE_ERR_DEVICE, "cannot initialise the CPU backend");
+        set_backend_threads(cpu_backend_, t.n_threads);
+        backends.push_back(cpu_backend_);
+    }
+
+    // KV cache: rows [0, B) block scratch, [B, B + W) the ring. Zeroed: masked rows are still
+    // multiplied (by a zero weight), so they must hold finite values.
+    ggml_init_params ip = {ggml_tensor_overhead() * size_t(2 * hp.n_layer + 2), nullptr, true};
+    cache_ctx_ = ggml_init(ip);
+    const int64_t row = int64_t(hp.head_dim) * hp.n_head_kv;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        k_.push_back(ggml_new_tensor_2d(cache_ctx_, GGML_TYPE_F32, row, B_ + W_));
+        v_.push_back(ggml_new_tensor_2d(cache_ctx_, GGML_TYPE_F32, row, B_ + W_));
+        kv_bytes_ += ggml_nbytes(k_.back()) + ggml_nbytes(v_.back());
+    }
+    const int V = d_.n_vocab();
+    ramp_ = ggml_new_tensor_1d(cache_ctx_, GGML_TYPE_F32, V);
+    size_t free_b = 0, total_b = 0;
+    ggml_backend_dev_memory(d_.dev, &free_b, &total_b);
+    if (!device_is_cpu(d_.dev) && free_b > 0 && kv_bytes_ > free_b) {
+        throw Error(LUCE_ERR_MEMORY, "the draft KV cache for " + std::to_string(W_) + " positions needs " +
+                                         format_bytes(kv_bytes_) + " but only " + format_bytes(free_b) +
+                                         " is free; lower n_ctx_draft");
+    }
+    cache_buf_ = ggml_backend_alloc_ctx_tensors_from_buft(cache_ctx_, ggml_backend_dev_buffer_type(d_.dev));
+    if (!cache_buf_) throw Error(LUCE_ERR_MEMORY, "cannot allocate " + format_bytes(kv_bytes_) + " for the draft KV cache");
+    ggml_backend_buffer_clear(cache_buf_, 0);
+    std::vector<float> ramp(static_cast<size_t>(V));
+    for (int i = 0; i < V; ++i) ramp[size_t(i)] = float(V - i);
+    ggml_backend_tensor_set(ramp_, ramp.data(), 0, ramp.size() * sizeof(float));
+
+    const size_t max_nodes = draft_max_nodes(hp);
+    sched_inject_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), max_nodes, false, true);
+    sched_draft_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), max_nodes, false, true);
+    if (!sched_inject_ || !sched_draft_) throw Error(LUCE_ERR_DEVICE, "cannot create the draft graph schedulers");
+    slot_pos_.assign(size_t(W_), -1);
+    reserve();
+}
+
+DraftContext::~DraftContext() {
+    inject_.clear();
+    draft_.clear();
+    if (sched_inject_) ggml_backend_sched_free(sched_inject_);
+    if (sched_draft_) ggml_backend_sched_free(sched_draft_);
+    if (cache_buf_) ggml_backend_buffer_free(cache_buf_);
+    if (cache_ctx_) ggml_free(cache_ctx_);
+    if (cpu_backend_) ggml_backend_free(cpu_backend_);
+    if (backend_) ggml_backend_free(backend_);
+}
+
+// Compute buffers for the largest graphs of each kind, measured.
+void DraftContext::reserve() {
+    Graph gi, gd;
+    build_inject(gi, std::max(chunk_, B_));
+    build_draft(gd, W_);
+    if (!ggml_backend_sched_reserve(sched_inject_, gi.gf) || !ggml_backend_sched_reserve(sched_draft_, gd.gf)) {
+        throw Error(LUCE_ERR_MEMORY, "cannot reserve compute buffers for the draft; lower n_ctx_draft");
+    }
+    compute_bytes_ = 0;
+    for (ggml_backend_sched_t s : {sched_inject_, sched_draft_}) {
+        for (int i = 0; i < ggml_backend_sched_get_n_backends(s); ++i) {
+            compute_bytes_ += ggml_backend_sched_get_buffer_size(s, ggml_backend_sched_get_backend(s, i));
+        }
+    }
+}
+
+void DraftContext::reset() {
+    std::fill(slot_pos_.begin(), slot_pos_.end(), -1);
+    hi_slot_ = 0;
+    have_logits_ = false;
+}
+
+ggml_tensor * DraftContext::rope(ggml_context * ctx, ggml_tensor * x, ggml_tensor * pos) const {
+    const DraftHParams & hp = d_.hp;
+    if (hp.mrope()) {
+        int sections[4] = {hp.rope_sections[0], hp.rope_sections[1], hp.rope_sections[2], hp.rope_sections[3]};
+        return ggml_rope_multi(ctx, x, pos, d_.rope_freqs, hp.head_dim, sections, GGML_ROPE_TYPE_MROPE, hp.n_ctx_train,
+                               hp.rope_freq_base, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
+    }
+    return ggml_rope_ext(ctx, x, pos, d_.rope_freqs, hp.head_dim, GGML_ROPE_TYPE_NEOX, hp.n_ctx_train, hp.rope_freq_base,
+                         1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
+}
+
+// Positions first..first+n-1 into an I32 input of `rows` tokens (M-RoPE: blocks t, h, w = p; e = 0).
+void DraftContext::set_positions(ggml_tensor * t, int32_t first, int32_t n) const {
+    const int64_t blocks = d_.hp.mrope() ? 4 : 1;
+    const int64_t rows = ggml_nelements(t) / blocks;
+    std::vector<int32_t> pos(size_t(ggml_nelements(t)), 0);
+    for (int64_t b = 0; b < std::min<int64_t>(blocks, 3); ++b) {
+        for (int32_t i = 0; i < n; ++i) pos[size_t(b * rows + i)] = first + i;
+    }
+    ggml_backend_tensor_set(t, pos.data(), 0, pos.size() * sizeof(int32_t));
+}
+
+static ggml_context * new_graph_ctx(const DraftHParams & hp, ggml_cgraph ** gf) {
+    const size_t max_nodes = draft_max_nodes(hp);
+    ggml_init_params ip = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false), nullptr, true};
+    ggml_context * ctx = ggml_init(ip);
+    if (!ctx) throw Error(LUCE_ERR_MEMORY, "cannot create a draft graph context");
+    *gf = ggml_new_graph_custom(ctx, max_nodes, false);
+    return ctx;
+}
+
+static ggml_tensor * input(ggml_tensor * t, const char * name) {
+    ggml_set_input(t);
+    ggml_set_name(t, name);
+    return t;
+}
+
+void DraftContext::build_inject(Graph & g, int n) const {
+    const DraftHParams & hp = d_.hp;
+    const int64_t D = hp.head_dim, Hkv = hp.n_head_kv, NfE = d_.fc->ne[0];
+    g.key = n;
+    g.ctx = new_graph_ctx(hp, &g.gf);
+    ggml_context * ctx = g.ctx;
+    g.feats = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, NfE, n), "draft_inp_feats");
+    g.pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n * (hp.mrope() ? 4 : 1)), "draft_inp_pos");
+    g.idx = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n), "draft_inp_rows");
+
+    ggml_tensor * x = rms_norm_w(ctx, ggml_mul_mat(ctx, d_.fc, g.feats), d_.hidden_norm, hp.rms_eps);   // [E, n]
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const LayerWeights & L = d_.layers[size_t(il)];
+        ggml_tensor * k = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.wk, x), D, Hkv, n);
+        k = rope(ctx, rms_norm_w(ctx, k, L.k_norm, hp.rms_eps), g.pos);
+        ggml_tensor * v = ggml_mul_mat(ctx, L.wv, x);
+        ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, k_[size_t(il)], ggml_reshape_2d(ctx, k, D * Hkv, n), g.idx));
+        ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, v_[size_t(il)], v, g.idx));
+    }
+}
+
+void DraftContext::build_draft(Graph & g, int n_kv_ctx) const {
+    const DraftHParams & hp = d_.hp;
+    const int64_t D = hp.head_dim, Hq = hp.n_head, Hkv = hp.n_head_kv, B = B_, n_kv = B_ + n_kv_ctx;
+    g.key = n_kv_ctx;
+    g.block = B_;
+    g.ctx = new_graph_ctx(hp, &g.gf);
+    ggml_context * ctx = g.ctx;
+    g.tokens = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B), "draft_inp_tokens");
+    g.pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B * (hp.mrope() ? 4 : 1)), "draft_inp_pos");
+    g.idx = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I64, B), "draft_inp_rows");
+    // one mask per attention kind present (an input no node reads would get no buffer)
+    if (std::find(hp.swa.begin(), hp.swa.end(), false) != hp.swa.end()) {
+        g.mask = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, B), "draft_inp_mask");
+    }
+    if (hp.any_swa()) g.mask_swa = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, B), "draft_inp_mask_swa");
+    const float kq_scale = 1.0f / std::sqrt(float(D));
+
+    ggml_tensor * x = ggml_get_rows(ctx, d_.tok_embd, g.tokens);   // [E, B]
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const LayerWeights & L = d_.layers[size_t(il)];
+        ggml_tensor * h = rms_norm_w(ctx, x, L.attn_norm, hp.rms_eps);
+        ggml_tensor * q = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.wq, h), D, Hq, B);
+        q = rope(ctx, rms_norm_w(ctx, q, L.q_norm, hp.rms_eps), g.pos);
+        ggml_tensor * k = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.wk, h), D, Hkv, B);
+        k = rope(ctx, rms_norm_w(ctx, k, L.k_norm, hp.rms_eps), g.pos);
+        ggml_tensor * v = ggml_mul_mat(ctx, L.wv, h);   // [D·Hkv, B]
+
+        // Block K/V into the scratch rows; the views below depend on these writes.
+        ggml_tensor * kc = ggml_set_rows(ctx, k_[size_t(il)], ggml_reshape_2d(ctx, k, D * Hkv, B), g.idx);
+        ggml_tensor * vc = ggml_set_rows(ctx, v_[size_t(il)], v, g.idx);
+        const size_t nb1 = ggml_row_size(GGML_TYPE_F32, D), nb2 = ggml_row_size(GGML_TYPE_F32, D * Hkv);
+        ggml_tensor * kv = ggml_view_3d(ctx, kc, D, Hkv, n_kv, nb1, nb2, 0);
+        ggml_tensor * vv = ggml_view_3d(ctx, vc, D, Hkv, n_kv, nb1, nb2, 0);
+
+        // GQA by broadcasting: q head h reads kv head h / (Hq / Hkv).
+        ggml_tensor * kq = ggml_mul_mat(ctx, ggml_permute(ctx, kv, 0, 2, 1, 3), ggml_permute(ctx, q, 0, 2, 1, 3));   // [n_kv, B, Hq]
+        ggml_prec_set_acc(kq, GGML_PREC_F32);
+        kq = ggml_soft_max_ext(ctx, kq, hp.swa[size_t(il)] ? g.mask_swa : g.mask, kq_scale, 0.0f);
+        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, vv, 1, 2, 0, 3));   // [n_kv, D, Hkv]
+        ggml_tensor * o = ggml_mul_mat(ctx, vt, kq);                             // [D, B, Hq]
+        o = ggml_cont_2d(ctx, ggml_permute(ctx, o, 0, 2, 1, 3), D * Hq, B);      // [D·Hq, B]
+        o = ggml_mul_mat(ctx, L.wo, o);
+        if (ggml_tensor * pn = d_.post_attn_norm[size_t(il)]) o = rms_norm_w(ctx, o, pn, hp.rms_eps);
+        x = ggml_add(ctx, o, x);
+        x = ggml_add(ctx, swiglu_ffn(ctx, L, rms_norm_w(ctx, x, L.ffn_norm, hp.rms_eps)), x);
+    }
+    x = rms_norm_w(ctx, x, d_.output_norm, hp.rms_eps);
+    g.logits = ggml_mul_mat(ctx, d_.output, x);   // [V, B]
+    ggml_set_name(g.logits, "draft_logits");
+    ggml_set_output(g.logits);
+    ggml_build_forward_expand(g.gf, g.logits);
+    g.argmax = greedy_argmax(ctx, g.logits, ramp_);
+    ggml_set_output(g.argmax);
+    ggml_build_forward_expand(g.gf, g.argmax);
+}
+
+DraftContext::Graph & DraftContext::inject_graph(int n) {
+    if (inject_.key == n) {
+        n_reuses_++;
+        return inject_;
+    }
+    inject_.clear();
+    build_inject(inject_, n);
+    ggml_backend_sched_reset(sched_inject_);
+    if (!ggml_backend_sched_alloc_graph(sched_inject_, inject_.gf)) {
+        inject_.clear();
+        throw Error(LUCE_ERR_MEMORY, "cannot allocate compute buffers for a draft injection of " + std::to_string(n) + " rows");
+    }
+    n_builds_++;
+    return inject_;
+}
+
+DraftContext::Graph & DraftContext::draft_graph(int n_kv_ctx) {
+    if (draft_.key == n_kv_ctx) {
+        n_reuses_++;
+        return draft_;
+    }
+    draft_.clear();
+    build_draft(draft_, n_kv_ctx);
+    ggml_backend_sched_reset(sched_draft_);
+    if (!ggml_backend_sched_alloc_graph(sched_draft_, draft_.gf)) {
+        draft_.clear();
+        throw Error(LUCE_ERR_MEMORY, "cannot allocate compute buffers for the draft block");
+    }
+    n_builds_++;
+    return draft_;
+}
+
+void DraftContext::inject(const float * feats, int32_t n, int32_t start) {
+    if (n <= 0 || !feats) throw Error(LUCE_ERR_INVALID_ARG, "inject needs at least one feature row");
+    if (start < 0 || int64_t(start) + n > INT32_MAX) {
+        throw Error(LUCE_ERR_INVALID_ARG, "inject: start position " + std::to_string(start) + " is out of range");
+    }
+    const size_t row = size_t(d_.fc->ne[0]);
+    if (n > W_) {   // only the last W positions can be kept
+        feats += size_t(n - W_) * row;
+        start += n - W_;
+        n = W_;
+    }
+    std::vector<int64_t> idx;
+    for (int32_t done = 0; done < n;) {
+        const int32_t nc = std::min(chunk_, n - done);
+        // Shapes are bucketed so that graphs repeat: up to B rows (a speculative step) -> B,
+        // else a multiple of 64. Padding rows have zero features and go to block scratch row 0.
+        const int32_t rows = nc <= B_ ? B_ : std::min(round_up(nc, 64), std::max(chunk_, B_));
+        Graph & g = inject_graph(rows);
+        ggml_backend_tensor_set(g.feats, feats + size_t(done) * row, 0, size_t(nc) * row * sizeof(float));
+        if (rows > nc) {
+            std::vector<float> zeros(size_t(rows - nc) * row, 0.0f);
+            ggml_backend_tensor_set(g.feats, zeros.data(), size_t(nc) * row * sizeof(float), zeros.size() * sizeof(float));
+        }
+        set_positions(g.pos, start + done, nc);
+        idx.assign(size_t(rows), 0);
+        for (int32_t i = 0; i < nc; ++i) idx[size_t(i)] = B_ + (start + done + i) % W_;
+        ggml_backend_tensor_set(g.idx, idx.data(), 0, idx.size() * sizeof(int64_t));
+        if (ggml_backend_sched_graph_compute(sched_inject_, g.gf) != GGML_STATUS_SUCCESS) {
+            throw Error(LUCE_ERR_COMPUTE, "draft injection failed on " + std::string(ggml_backend_dev_name(d_.dev)));
+        }
+        for (int32_t i = 0; i < nc; ++i) {
+            const int32_t p = start + done + i, s = p % W_;
+            slot_pos_[size_t(s)] = p;
+            hi_slot_ = std::max(hi_slot_, s + 1);
+        }
+        done += nc;
+    }
+}
+
+void DraftContext::run(int32_t x0, int32_t pos0, int32_t * out) {
+    const DraftHParams & hp = d_.hp;
+    const int V = d_.n_vocab();
+    if (x0 < 0 || x0 >= V) {
+        throw Error(LUCE_ERR_INVALID_ARG, "token id " + std::to_string(x0) + " is outside the vocabulary (" + std::to_string(V) + ")");
+    }
+    if (pos0 < 0 || int64_t(pos0) + B_ > INT32_MAX) throw Error(LUCE_ERR_INVALID_ARG, "draft position " + std::to_string(pos0) + " is out of range");
+    have_logits_ = false;
+    const int n_kv_ctx = hi_slot_ == 0 ? 0 : std::min(W_, round_up(hi_slot_, kCtxPad));
+    Graph & g = draft_graph(n_kv_ctx);
+    const int n_kv = B_ + n_kv_ctx;
+
+    std::vector<int32_t> toks(size_t(B_), hp.mask_token_id);
+    toks[0] = x0;
+    ggml_backend_tensor_set(g.tokens, toks.data(), 0, toks.size() * sizeof(int32_t));
+    set_positions(g.pos, pos0, B_);
+    std::vector<int64_t> rows(static_cast<size_t>(B_));
+    for (int i = 0; i < B_; ++i) rows[size_t(i)] = i;
+    ggml_backend_tensor_set(g.idx, rows.data(), 0, rows.size() * sizeof(int64_t));
+
+    // Masks: key row r < B is block token r (position pos0 + r); row B + s is ring slot s.
+    const float ninf = -INFINITY;
+    mask_buf_.assign(size_t(n_kv) * B_, ninf);
+    if (g.mask_swa) mask_swa_buf_.assign(size_t(n_kv) * B_, ninf);
+    const int64_t lo = int64_t(pos0) - W_;
+    for (int i = 0; i < B_; ++i) {
+        const int64_t pq = int64_t(pos0) + i;
+        float * m = mask_buf_.data() + size_t(i) * n_kv;
+        float * ms = g.mask_swa ? mask_swa_buf_.data() + size_t(i) * n_kv : nullptr;
+        for (int r = 0; r < n_kv; ++r) {
+            const int64_t pk = r < B_ ? int64_t(pos0) + r : int64_t(slot_pos_[size_t(r - B_)]);
+            if (r >= B_ && (pk < 0 || pk >= pos0 || pk < lo)) continue;   // not injected, stale or outside the window
+            if (hp.causal && pk > pq) continue;
+            m[r] = 0.0f;
+            if (ms && pq - pk < hp.sliding_window) ms[r] = 0.0f;
+        }
+    }
+    if (g.mask) ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(float));
+    if (g.mask_swa) ggml_backend_tensor_set(g.mask_swa, mask_swa_buf_.data(), 0, mask_swa_buf_.size() * sizeof(float));
+
+    if (ggml_backend_sched_graph_compute(sched_draft_, g.gf) != GGML_STATUS_SUCCESS) {
+        throw Error(LUCE_ERR_COMPUTE, "draft computation failed on " + std::string(ggml_backend_dev_name(d_.dev)));
+    }
+    std::vector<int32_t> am(static_cast<size_t>(B_));
+    ggml_backend_tensor_get(g.argmax, am.data(), 0, am.size() * sizeof(int32_t));
+    for (int i = 1; i < B_; ++i) out[i - 1] = am[size_t(i)];
+    have_logits_ = true;
+}
+
+void DraftContext::copy_logits(int32_t first, int32_t n, float * out) const {
+    if (!have_logits_) throw Error(LUCE_ERR_STATE, "no draft logits: run a draft block first");
+    if (first < 0 || n < 0 || first + n > B_) {
+        throw Error(LUCE_ERR_INVALID_ARG, "draft logits rows " + std::to_string(first) + ".." + std::to_string(first + n - 1) +
+                                              " are not among the " + std::to_string(B_) + " of the block");
+    }
+    const size_t rb = size_t(d_.n_vocab()) * sizeof(float);
+    ggml_backend_tensor_get(draft_.logits, out, size_t(first) * rb, size_t(n) * rb);
+}
+
+} // namespace luce

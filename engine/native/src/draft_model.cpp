@@ -1,0 +1,309 @@
+// draft_model.cpp — loading and validating a DFlash draft GGUF of either dialect against its target
+// (GGUF-ARCHS.md §1.5; ALGORITHMS.md §1.1 table, §1.2 index conventions).
+//
+//   item              llama.cpp arch `dflash`              lucebox `dflash-draft` / `qwen35-dflash-draft`
+//   capture           dflash.target_layers (L, i = L - 1)   A.dflash.target_layer_ids (i = id)
+//   block size        dflash.block_size                     A.dflash.block_size           (default 16)
+//   mask token        tokenizer.ggml.mask_token_id          A.dflash.mask_token_id        (required)
+//   fc / feature norm fc.weight, enc.output_norm.weight     dflash.fc / dflash_fc, dflash.hidden_norm / dflash_hidden_norm
+//   FFN input norm    blk.i.ffn_norm                        blk.i.ffn_norm or blk.i.post_attention_norm
+//   post_attention_norm  optional norm of the attention output   (the FFN input norm)
+//   SWA without pattern  error (as llama.cpp)               no SWA layer (as lucebox)
+#include "draft_model.h"
+#include "device.h"
+#include "error.h"
+
+#include <algorithm>
+
+namespace luce {
+
+static const char * const k_lucebox_archs[] = {"dflash-draft", "qwen35-dflash-draft"};
+
+DraftModel::~DraftModel() {
+    if (buffer) ggml_backend_buffer_free(buffer);
+    if (ctx) ggml_free(ctx);
+}
+
+int DraftModel::n_vocab() const { return int(output->ne[1]); }
+
+static std::string join(const std::vector<int> & v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+}
+
+static void load_hparams(const GgufFile & f, DraftHParams & hp) {
+    const std::string a = hp.arch + ".";
+    hp.n_ctx_train = int(f.u32_opt(a + "context_length", 4096));
+    hp.n_embd = int(f.u32(a + "embedding_length"));
+    hp.n_layer = int(f.u32(a + "block_count"));
+    hp.n_ff = int(f.u32(a + "feed_forward_length"));
+    hp.n_head = int(f.u32(a + "attention.head_count"));
+    hp.n_head_kv = int(f.u32_opt(a + "attention.head_count_kv", uint32_t(hp.n_head)));
+    if (hp.n_embd <= 0 || hp.n_layer <= 0 || hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_ff <= 0) {
+        f.fail(LUCE_ERR_MODEL, "embedding_length, block_count, feed_forward_length and head counts must be positive");
+    }
+    if (hp.n_head % hp.n_head_kv != 0) {
+        f.fail(LUCE_ERR_MODEL, a + "attention.head_count (" + std::to_string(hp.n_head) +
+                                   ") is not a multiple of attention.head_count_kv (" + std::to_string(hp.n_head_kv) + ")");
+    }
+    hp.head_dim = int(f.u32_opt(a + "attention.key_length", uint32_t(hp.n_embd / hp.n_head)));
+    if (hp.head_dim <= 0 || hp.head_dim % 2) f.fail(LUCE_ERR_MODEL, a + "attention.key_length must be positive and even");
+    if (int(f.u32_opt(a + "attention.value_length", uint32_t(hp.head_dim))) != hp.head_dim) {
+        f.fail(LUCE_ERR_UNSUPPORTED, a + "attention.value_length differs from key_length");
+    }
+    const int n_rot = int(f.u32_opt(a + "rope.dimension_count", uint32_t(hp.head_dim)));
+    if (n_rot != hp.head_dim) {
+        f.fail(LUCE_ERR_UNSUPPORTED, a + "rope.dimension_count (" + std::to_string(n_rot) + ") must equal the head size (" +
+                                         std::to_string(hp.head_dim) + ")");
+    }
+    hp.rope_freq_base = f.f32_opt(a + "rope.freq_base", 10000.0f);
+    hp.rms_eps = f.f32(a + "attention.layer_norm_rms_epsilon");
+
+    // Rope: NEOX, or M-RoPE when the file carries sections that are not the degenerate [D/2, 0, 0, 0]
+    // (which is NEOX on 1-D positions).
+    if (f.has(a + "rope.dimension_sections")) {
+        auto s = f.int_array(a + "rope.dimension_sections");
+        int sum = 0;
+        for (size_t i = 0; i < 4 && i < s.size(); ++i) {
+            hp.rope_sections[i] = int(s[i]);
+            sum += int(s[i]);
+        }
+        if (sum != 0 && sum != hp.head_dim / 2) {
+            f.fail(LUCE_ERR_MODEL, a + "rope.dimension_sections must sum to head_dim/2 = " + std::to_string(hp.head_dim / 2));
+        }
+        if (hp.rope_sections[1] || hp.rope_sections[2] || hp.rope_sections[3]) hp.rope_type = GGML_ROPE_TYPE_MROPE;
+    }
+
+    // Features of the DFlash2 / DSpark variants and of llama.cpp's optional extras are not run.
+    for (const char * k : {"hyper_connection.count", "conv_kernel_size", "selector_rank"}) {
+        if (f.has(a + k) && f.u32(a + k) > 0) f.fail(LUCE_ERR_UNSUPPORTED, "key " + a + k + ": DFlash variant not supported");
+    }
+    for (const char * k : {"embedding_scale", "attention.scale", "attention.value_scale"}) {
+        if (f.has(a + k) && f.f32(a + k) != 0.0f) f.fail(LUCE_ERR_UNSUPPORTED, "key " + a + k + " is not supported");
+    }
+    const std::string act = f.str_opt(a + "hidden_activation", "silu");
+    if (act != "silu") f.fail(LUCE_ERR_UNSUPPORTED, "key " + a + "hidden_activation = '" + act + "' (only silu is supported)");
+
+    // Dialect keys.
+    std::vector<int64_t> cap;
+    int64_t block = 0, mask = -1;
+    if (!hp.lucebox) {
+        if (!f.has(a + "target_layers")) {
+            f.fail(LUCE_ERR_MODEL, "missing required key " + a + "target_layers (the target layers whose hidden states the draft reads)");
+        }
+        cap = f.int_array(a + "target_layers");
+        for (int64_t L : cap) {
+            hp.capture_file.push_back(int(L));
+            hp.capture.push_back(int(L - 1));
+        }
+        block = f.u32_opt(a + "block_size", 0);
+        if (!f.has("tokenizer.ggml.mask_token_id")) {
+            f.fail(LUCE_ERR_MODEL, "missing required key tokenizer.ggml.mask_token_id (the draft's mask token)");
+        }
+        mask = f.u32("tokenizer.ggml.mask_token_id");
+    } else {
+        if (!f.has(a + "dflash.target_layer_ids")) {
+            f.fail(LUCE_ERR_MODEL, "missing required key " + a +
+                                       "dflash.target_layer_ids (the target layers whose hidden states the draft reads)");
+        }
+        cap = f.int_array(a + "dflash.target_layer_ids");
+        for (int64_t id : cap) {
+            hp.capture_file.push_back(int(id));
+            hp.capture.push_back(int(id));
+        }
+        block = f.u32_opt(a + "dflash.block_size", 0);
+        if (!f.has(a + "dflash.mask_token_id")) {
+            f.fail(LUCE_ERR_MODEL, "missing required key " + a + "dflash.mask_token_id (the draft's mask token)");
+        }
+        mask = f.u32(a + "dflash.mask_token_id");
+    }
+    if (hp.capture.empty()) f.fail(LUCE_ERR_MODEL, "the draft lists no target layers to capture");
+    if (hp.capture.size() > LUCE_DRAFT_MAX_CAPTURE) {
+        f.fail(LUCE_ERR_UNSUPPORTED, "the draft captures " + std::to_string(hp.capture.size()) + " target layers (at most " +
+                                         std::to_string(LUCE_DRAFT_MAX_CAPTURE) + " are supported)");
+    }
+    hp.block_size = block > 0 ? int(block) : 16;
+    if (hp.block_size < 2 || hp.block_size > LUCE_MAX_STEP_TOKENS) {
+        f.fail(LUCE_ERR_UNSUPPORTED, "draft block size " + std::to_string(hp.block_size) + " is outside 2.." +
+                                         std::to_string(LUCE_MAX_STEP_TOKENS));
+    }
+    hp.mask_token_id = int(mask);
+
+    // Sliding-window attention.
+    hp.swa.assign(size_t(hp.n_layer), false);
+    hp.sliding_window = int(f.u32_opt(a + "attention.sliding_window", 0));
+    if (hp.sliding_window > 0) {
+        const std::string pk = a + "attention.sliding_window_pattern";
+        if (f.has(pk)) {
+            auto pat = f.bool_array(pk);
+            if (int(pat.size()) != hp.n_layer) {
+                f.fail(LUCE_ERR_MODEL, "key " + pk + " has " + std::to_string(pat.size()) + " entries, expected " +
+                                           std::to_string(hp.n_layer) + " (one per layer)");
+            }
+            for (int i = 0; i < hp.n_layer; ++i) hp.swa[size_t(i)] = pat[size_t(i)];
+        } else if (!hp.lucebox) {   // llama.cpp refuses such a file
+            f.fail(LUCE_ERR_MODEL, "key " + a + "attention.sliding_window needs " + pk + " (missing)");
+        }   // lucebox: no pattern -> no SWA layer
+    }
+    hp.causal = f.bool_opt(a + "attention.causal", false);
+}
+
+static void check_against_target(const GgufFile & f, const DraftHParams & hp, const Model & target) {
+    const HParams & t = target.hp;
+    auto mismatch = [&](const std::string & what) {
+        f.fail(LUCE_ERR_DRAFT_MISMATCH, "draft does not fit the target model " + target.path + ": " + what);
+    };
+    if (hp.n_embd != t.n_embd) {
+        mismatch(hp.arch + ".embedding_length is " + std::to_string(hp.n_embd) + " but the target's hidden size is " +
+                 std::to_string(t.n_embd) + " (they must be equal)");
+    }
+    const std::string key = hp.lucebox ? hp.arch + ".dflash.target_layer_ids" : hp.arch + ".target_layers";
+    for (size_t i = 0; i < hp.capture.size(); ++i) {
+        const int c = hp.capture[i];
+        if (c < 0 || c > t.n_layer - 2) {
+            mismatch(key + " = " + join(hp.capture_file) + ": entry " + std::to_string(hp.capture_file[i]) +
+                     " names the output of target layer " + std::to_string(c) + ", outside 0.." +
+                     std::to_string(t.n_layer - 2) + " for a " + std::to_string(t.n_layer) + "-layer target");
+        }
+    }
+    if (hp.mask_token_id < 0 || hp.mask_token_id >= t.n_vocab) {
+        mismatch((hp.lucebox ? hp.arch + ".dflash.mask_token_id" : std::string("tokenizer.ggml.mask_token_id")) +
+                 ": mask token id " + std::to_string(hp.mask_token_id) + " is outside the target vocabulary (" +
+                 std::to_string(t.n_vocab) + " tokens)");
+    }
+}
+
+std::unique_ptr<DraftModel> load_draft_model(const std::string & path, const Model & target, bool use_mmap) {
+    if (!target.buffer) throw Error(LUCE_ERR_STATE, "the target model was opened for planning only (no weights loaded)");
+    auto d = std::make_unique<DraftModel>();
+    d->path = path;
+    d->target = &target;
+    d->file = std::make_unique<GgufFile>(path);
+    GgufFile & f = *d->file;
+    DraftHParams & hp = d->hp;
+    hp.arch = f.arch();
+    if (hp.arch == "dflash") {
+        hp.lucebox = false;
+    } else if (std::find(std::begin(k_lucebox_archs), std::end(k_lucebox_archs), hp.arch) != std::end(k_lucebox_archs)) {
+        hp.lucebox = true;
+    } else {
+        f.fail(LUCE_ERR_UNSUPPORTED, "architecture '" + hp.arch +
+                                         "' is not a DFlash draft (expected dflash, dflash-draft or qwen35-dflash-draft)");
+    }
+    load_hparams(f, hp);
+    check_against_target(f, hp, target);
+    if (f.tensor_meta("d2t")) f.fail(LUCE_ERR_UNSUPPORTED, "tensor d2t: reduced draft vocabularies are not supported");
+    if (f.tensor_meta("markov_w1.weight")) f.fail(LUCE_ERR_UNSUPPORTED, "tensor markov_w1.weight: DSpark drafts are not supported");
+    if (f.tensor_meta("fc.scale")) f.fail(LUCE_ERR_UNSUPPORTED, "tensor fc.scale is not supported");
+
+    const int64_t E = hp.n_embd, D = hp.head_dim, Q = int64_t(hp.n_head) * D, KV = int64_t(hp.n_head_kv) * D, F = hp.n_ff;
+    const int64_t Nf = int64_t(hp.capture.size()), V = target.hp.n_vocab;
+    d->dev = target.dev;
+
+    const size_t n_tensors_max = 16 + 16 * size_t(hp.n_layer);
+    ggml_init_params ip = {ggml_tensor_overhead() * n_tensors_max, nullptr, /*no_alloc=*/true};
+    d->ctx = ggml_init(ip);
+    TensorLoader tl(f, d->ctx);
+
+    auto first_of = [&](std::initializer_list<const char *> names) -> std::string {
+        for (const char * n : names) if (f.tensor_meta(n)) return n;
+        std::string all;
+        for (const char * n : names) all += (all.empty() ? "" : " or ") + std::string(n);
+        f.fail(LUCE_ERR_MODEL, "missing tensor " + all);
+    };
+    const std::string fc_name = hp.lucebox ? first_of({"dflash.fc.weight", "dflash_fc.weight"}) : "fc.weight";
+    const std::string hn_name = hp.lucebox ? first_of({"dflash.hidden_norm.weight", "dflash_hidden_norm.weight"})
+                                           : "enc.output_norm.weight";
+    if (ggml_tensor * fc = f.tensor_meta(fc_name); fc && fc->ne[0] != Nf * E) {
+        f.fail(LUCE_ERR_DRAFT_MISMATCH, "draft does not fit the target model " + target.path + ": tensor " + fc_name + " takes " + std::to_string(fc->ne[0]) + " inputs but the " +
+                                            std::to_string(Nf) + " captured target layers give " + std::to_string(Nf) +
+                                            " x " + std::to_string(E) + " = " + std::to_string(Nf * E) + " features");
+    }
+    d->fc = tl.require(fc_name, {Nf * E, E});
+    d->hidden_norm = tl.require(hn_name, {E});
+    d->output_norm = tl.require("output_norm.weight", {E});
+    d->rope_freqs = tl.optional("rope_freqs.weight", {D / 2});
+
+    // Embedding / LM head: the draft's own when present (same vocabulary as the target), else the target's.
+    for (const char * n : {"token_embd.weight", "output.weight"}) {
+        if (ggml_tensor * t = f.tensor_meta(n); t && t->ne[1] != V) {
+            f.fail(LUCE_ERR_DRAFT_MISMATCH, std::string("tensor ") + n + " has " + std::to_string(t->ne[1]) +
+                                                " rows but the target vocabulary has " + std::to_string(V) + " tokens");
+        }
+    }
+    ggml_tensor * own_embd = tl.optional("token_embd.weight", {E, V});
+    ggml_tensor * own_out = tl.optional("output.weight", {E, V});
+    d->own_embd = own_embd != nullptr;
+    d->own_output = own_out != nullptr || own_embd != nullptr;
+    d->tok_embd = own_embd ? own_embd : target.tok_embd;
+    d->output = own_out ? own_out : (own_embd ? own_embd : target.output);
+
+    d->layers.resize(size_t(hp.n_layer));
+    d->post_attn_norm.assign(size_t(hp.n_layer), nullptr);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        auto & L = d->layers[size_t(il)];
+        const std::string p = "blk." + std::to_string(il) + ".";
+        L.attn_norm = tl.require(p + "attn_norm.weight", {E});
+        L.wq = tl.require(p + "attn_q.weight", {E, Q});
+        L.wk = tl.require(p + "attn_k.weight", {E, KV});
+        if (!f.tensor_meta(p + "attn_v.weight")) {
+            f.fail(LUCE_ERR_UNSUPPORTED, "missing tensor " + p + "attn_v.weight (shared K/V drafts are not supported)");
+        }
+        L.wv = tl.require(p + "attn_v.weight", {E, KV});
+        L.wo = tl.require(p + "attn_output.weight", {Q, E});
+        L.q_norm = tl.require(p + "attn_q_norm.weight", {D});
+        L.k_norm = tl.require(p + "attn_k_norm.weight", {D});
+        for (const char * extra : {"post_ffw_norm.weight", "layer_output_scale.weight", "attn_sinks.weight"}) {
+            if (f.tensor_meta(p + extra)) f.fail(LUCE_ERR_UNSUPPORTED, "tensor " + p + extra + " is not supported");
+        }
+        if (hp.lucebox) {   // post_attention_norm IS the FFN input norm (either name)
+            L.ffn_norm = f.tensor_meta(p + "ffn_norm.weight") ? tl.require(p + "ffn_norm.weight", {E})
+                                                              : tl.require(p + "post_attention_norm.weight", {E});
+        } else {
+            L.ffn_norm = tl.require(p + "ffn_norm.weight", {E});
+            d->post_attn_norm[size_t(il)] = tl.optional(p + "post_attention_norm.weight", {E});
+        }
+        L.ffn_gate = tl.require(p + "ffn_gate.weight", {E, F});
+        L.ffn_up = tl.require(p + "ffn_up.weight", {E, F});
+        L.ffn_down = tl.require(p + "ffn_down.weight", {F, E});
+    }
+
+    for (auto & e : tl.entries()) {
+        d->weight_bytes += ggml_nbytes(e.tensor);
+        d->n_params += uint64_t(ggml_nelements(e.tensor));
+    }
+
+    // Weights on the target's device: a window onto the mapping on CPU, else a device buffer.
+    if (device_is_cpu(d->dev) && use_mmap) {
+        size_t lo = SIZE_MAX, hi = 0;
+        for (auto & e : tl.entries()) {
+            lo = std::min(lo, e.file_offset);
+            hi = std::max(hi, e.file_offset + ggml_nbytes(e.tensor));
+        }
+        lo &= ~size_t(4095);
+        d->buffer = ggml_backend_cpu_buffer_from_ptr(const_cast<uint8_t *>(f.mapped_data(lo)), hi - lo);
+        if (!d->buffer) f.fail(LUCE_ERR_MEMORY, "cannot wrap the mapped file in a CPU buffer");
+        for (auto & e : tl.entries()) {
+            void * addr = const_cast<uint8_t *>(f.mapped_data(e.file_offset));
+            if (ggml_backend_tensor_alloc(d->buffer, e.tensor, addr) != GGML_STATUS_SUCCESS) {
+                f.fail(LUCE_ERR_FORMAT, std::string("tensor ") + e.tensor->name + " is misaligned in the file");
+            }
+        }
+    } else {
+        size_t free_b = 0, total_b = 0;
+        ggml_backend_dev_memory(d->dev, &free_b, &total_b);
+        const std::string dev_name = ggml_backend_dev_name(d->dev);
+        if (!device_is_cpu(d->dev) && free_b > 0 && d->weight_bytes > free_b) {
+            f.fail(LUCE_ERR_MEMORY, "draft weights need " + format_bytes(d->weight_bytes) + " but " + dev_name + " has " +
+                                        format_bytes(free_b) + " free");
+        }
+        d->buffer = ggml_backend_alloc_ctx_tensors_from_buft(d->ctx, ggml_backend_dev_buffer_type(d->dev));
+        if (!d->buffer) f.fail(LUCE_ERR_MEMORY, "cannot allocate " + format_bytes(d->weight_bytes) + " for draft weights on " + dev_name);
+        for (auto & e : tl.entries()) ggml_backend_tensor_set(e.tensor, f.mapped_data(e.file_offset), 0, ggml_nbytes(e.tensor));
+    }
+    ggml_backend_buffer_set_usage(d->buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    return d;
+}
+
+} // namespace luce

@@ -1,0 +1,129 @@
+// draft_model.h — a DFlash draft model (GGUF-ARCHS.md §1.5, §3.2; ALGORITHMS.md §1.1–1.5) bound to
+// its target: hyperparameters and weights of either GGUF dialect (llama.cpp arch `dflash`,
+// lucebox `dflash-draft` / `qwen35-dflash-draft`), validated against the target model, plus the
+// draft context of design (A): a per-layer KV ring of injected context K/V and the block forward.
+#pragma once
+
+#include "graph.h"
+#include "model.h"
+
+#include "ggml-backend.h"
+#include "ggml.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace luce {
+
+struct DraftHParams {
+    std::string arch;
+    bool lucebox = false;            // dialect: false = llama.cpp `dflash`, true = lucebox
+    int n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_ctx_train = 0;
+    float rope_freq_base = 10000.0f, rms_eps = 1e-6f;
+    int rope_type = GGML_ROPE_TYPE_NEOX;   // NEOX, or MROPE with non-degenerate sections
+    int rope_sections[4] = {0, 0, 0, 0};
+    int block_size = 16;
+    int mask_token_id = -1;
+    std::vector<int> capture;        // internal convention: i = output of target layer i
+    std::vector<int> capture_file;   // as stored (llama: L = i + 1; lucebox: id = i)
+    int sliding_window = 0;          // 0 = no SWA layer
+    std::vector<bool> swa;           // per layer: true = sliding-window attention
+    bool causal = false;             // attention.causal (the DFlash drivers use non-causal)
+    bool any_swa() const {
+        for (bool b : swa) if (b) return true;
+        return false;
+    }
+    bool mrope() const { return rope_type == GGML_ROPE_TYPE_MROPE; }
+};
+
+struct DraftModel {
+    std::string path;
+    DraftHParams hp;
+    const Model * target = nullptr;  // must outlive the draft: its embedding / LM head are used
+    ggml_backend_dev_t dev = nullptr;
+
+    ggml_tensor *fc = nullptr, *hidden_norm = nullptr, *output_norm = nullptr, *rope_freqs = nullptr;
+    ggml_tensor *tok_embd = nullptr, *output = nullptr;   // resolved: the draft's own, else the target's
+    bool own_embd = false, own_output = false;
+    std::vector<LayerWeights> layers;               // attn_*, q/k norms, ffn_norm (= FFN input norm), ffn_*
+    std::vector<ggml_tensor *> post_attn_norm;      // llama dialect only: optional norm of the attention output
+
+    ggml_context * ctx = nullptr;
+    ggml_backend_buffer_t buffer = nullptr;
+    std::unique_ptr<GgufFile> file;
+    uint64_t weight_bytes = 0, n_params = 0;
+
+    int n_vocab() const;
+    ~DraftModel();
+};
+
+// Loads and validates a draft for `target`; throws luce::Error (LUCE_ERR_DRAFT_MISMATCH when the
+// file is a valid draft for another target).
+std::unique_ptr<DraftModel> load_draft_model(const std::string & path, const Model & target, bool use_mmap);
+
+// Design (A) draft context: per draft layer a KV cache of rows [0, B) = block scratch and rows
+// B + (p mod n_ctx_draft) = injected context position p. Inject and draft graphs are built once
+// per shape and replayed (each kind has its own scheduler so they do not evict each other).
+class DraftContext {
+public:
+    DraftContext(DraftModel & d, int n_ctx_draft);   // throws
+    ~DraftContext();
+
+    void reset();
+    // Features [n][Nf·E] (row-major, host) of context positions start..start+n-1.
+    void inject(const float * features, int32_t n, int32_t start);
+    // Block [x0, M × (B-1)] at positions pos0..pos0+B-1; writes the greedy tokens of rows 1..B-1.
+    void run(int32_t x0, int32_t pos0, int32_t * out_tokens);
+    void copy_logits(int32_t first, int32_t n, float * out) const;
+    int32_t n_logits() const { return have_logits_ ? draft_.block : 0; }
+
+    int n_ctx_draft() const { return W_; }
+    uint64_t kv_bytes() const { return kv_bytes_; }
+    uint64_t compute_bytes() const { return compute_bytes_; }
+    int64_t n_graph_builds() const { return n_builds_; }
+    int64_t n_graph_reuses() const { return n_reuses_; }
+
+private:
+    struct Graph {
+        int key = -1;                     // inject: n rows; draft: attended context rows
+        int block = 0;
+        ggml_context * ctx = nullptr;
+        ggml_cgraph * gf = nullptr;
+        ggml_tensor *feats = nullptr, *tokens = nullptr, *pos = nullptr, *idx = nullptr;
+        ggml_tensor *mask = nullptr, *mask_swa = nullptr, *logits = nullptr, *argmax = nullptr;
+        void clear();
+        ~Graph() { clear(); }
+    };
+    void build_inject(Graph & g, int n) const;
+    void build_draft(Graph & g, int n_kv_ctx) const;
+    Graph & inject_graph(int n);
+    Graph & draft_graph(int n_kv_ctx);
+    ggml_tensor * rope(ggml_context * ctx, ggml_tensor * x, ggml_tensor * pos) const;
+    void set_positions(ggml_tensor * t, int32_t first, int32_t n) const;
+    void reserve();
+
+    DraftModel & d_;
+    int W_ = 0, B_ = 0, chunk_ = 0;
+    ggml_backend_t backend_ = nullptr, cpu_backend_ = nullptr;
+    ggml_backend_sched_t sched_inject_ = nullptr, sched_draft_ = nullptr;
+    ggml_context * cache_ctx_ = nullptr;
+    ggml_backend_buffer_t cache_buf_ = nullptr;
+    std::vector<ggml_tensor *> k_, v_;    // per layer F32 [D·Hkv, B + W]
+    ggml_tensor * ramp_ = nullptr;        // [n_vocab] = n_vocab - i (tie-breaking of the argmax)
+    Graph inject_, draft_;
+    std::vector<int32_t> slot_pos_;       // position held by ring slot s, -1 = none
+    int hi_slot_ = 0;                     // slots [0, hi) have been written at least once
+    bool have_logits_ = false;
+    uint64_t kv_bytes_ = 0, compute_bytes_ = 0;
+    int64_t n_builds_ = 0, n_reuses_ = 0;
+    std::vector<float> mask_buf_, mask_swa_buf_;
+};
+
+} // namespace luce
+
+struct luce_draft {
+    std::unique_ptr<luce::DraftModel> model;
+    std::unique_ptr<luce::DraftContext> ctx;
+    ~luce_draft() { ctx.reset(); model.reset(); }
+};
