@@ -24,7 +24,9 @@ def last_notice(app, kind=None) -> str:
 async def test_send_streams_reply_and_saves_it(engine, store, tiny_model):
     app = make_app(engine, store)
     async with app.run_test(size=SIZE) as pilot:
-        await type_and_send(pilot, app, "Hello there")
+        app.input.set_text("Hello there")
+        await pilot.press("enter")                    # the real key, once
+        await wait_idle(pilot, app)
         expected = reference_reply(tiny_model, [{"role": "user", "content": "Hello there"}])
         assert expected.strip()
         msgs = app.conv.messages
@@ -105,8 +107,9 @@ async def test_escape_cancels_real_engine(engine, tiny_model):
         assert app.conv.messages[-1]["content"] == r.text
         # the engine is usable afterwards (a new chat: the tiny model fills most of the context fast)
         await type_and_send(pilot, app, "/new")
+        app.opts.max_tokens = 8
         await type_and_send(pilot, app, "Short one")
-        assert app.last_result.finish_reason in ("length", "eos", "context")
+        assert app.last_result.finish_reason in ("length", "eos")
         assert app.last_result.generated_tokens > 0
 
 

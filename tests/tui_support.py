@@ -97,8 +97,11 @@ async def wait_idle(pilot, app, timeout: float = 20.0):
 
 
 async def type_and_send(pilot, app, text: str, wait: bool = True):
+    """Put text into the input and send it as Enter does. (pilot.press waits until the app is idle,
+    which during a fast stream is only when the reply is done; submit() returns at once.)"""
     app.input.set_text(text)
-    await pilot.press("enter")
+    app.input.submit()
+    await pilot.pause()
     if wait:
         await pilot.pause(0.05)
         await wait_idle(pilot, app)
