@@ -61,10 +61,20 @@ class CommandsMixin:
         def spec(path: str | None, what: str) -> str:
             return f"{path} (configured; {what} is not available in this build yet)" if path else "none"
 
+        def draft_line() -> str:
+            d = getattr(eng, "draft", None)
+            if d is None:
+                return f"{self.opts.draft} (speculation off)" if self.opts.draft else "none"
+            sp = getattr(eng, "speculator", None)
+            st = sp.stats if sp is not None else None
+            extra = (f", AL {st.acceptance_length:.2f} over {st.n_steps} steps" if st and st.n_steps else "")
+            return (f"{d.path} ({d.dialect} dialect, block {d.block_size}, "
+                    f"target layers {list(d.capture_layers)}{extra})")
+
         await self.say("\n".join([
             f"model:   {m.name} ({m.arch}, {m.n_params / 1e6:.1f}M params, {config.human_bytes(m.weight_bytes)})",
             f"file:    {m.path}",
-            f"draft:   {spec(self.opts.draft, 'speculative decoding')}",
+            f"draft:   {draft_line()}",
             f"prefill drafter: {spec(self.opts.prefill_drafter, 'prompt compression')}",
             f"device:  {m.device}",
             f"weights: {m.weight_types}",

@@ -57,7 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     model = p.add_argument_group("model and engine")
     model.add_argument("--target", metavar="PATH", help="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
-    model.add_argument("--draft", metavar="PATH", help="DFlash draft model for speculative decoding (not in this build yet)")
+    model.add_argument("--draft", metavar="PATH",
+                       help="DFlash draft GGUF (llama.cpp `dflash` or lucebox `dflash-draft`) for speculative decoding")
+    model.add_argument("--draft-max", type=_positive, metavar="N",
+                       help="draft tokens proposed per step (default: the draft's block size - 1)")
+    model.add_argument("--spec", choices=("off", "chain"),
+                       help="speculative decoding with --draft: chain (default) or off")
     model.add_argument("--prefill-drafter", metavar="PATH",
                        help="PFlash scorer model for long prompts (not in this build yet)")
     # The engine validates the device and lists the available ones in its error message.
@@ -105,8 +110,22 @@ def load(settings: config.EngineSettings, *, verbose: bool = False):
     t0 = time.perf_counter()
     model = Model(settings.target, device=settings.device, n_threads=settings.threads)
     model.chat_template   # builds the tokenizer as well
+    draft = None
+    if settings.draft and settings.spec != "off":
+        from luce_engine import DraftModel
+
+        draft = DraftModel(settings.draft, model)
     engine = Engine(model, n_ctx=_n_ctx(settings, model),
-                    cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v)
+                    cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
+                    n_verify_max=max(16, draft.block_size) if draft else 16)
+    if draft is not None:
+        from luce_engine.speculative import ChainSpeculator
+
+        engine.speculator = ChainSpeculator(engine, draft, max_draft=settings.draft_max)
+        engine.draft = draft
+    if verbose and draft is not None:
+        print(f"luce-chat: draft {os.path.basename(settings.draft)} ({draft.dialect} dialect, block {draft.block_size}, "
+              f"features of target layers {list(draft.capture_layers)})", file=sys.stderr)
     if verbose:
         print(f"luce-chat: {model.name} ({model.arch}, {model.n_params / 1e6:.0f}M params) on {model.device}, "
               f"n_ctx {engine.n_ctx}, KV {engine.cache_type_k}/{engine.cache_type_v}, "
@@ -192,13 +211,13 @@ def run_once(engine, question: str, sampling, args) -> int:
     return EXIT_INTERRUPTED if result.finish_reason == "cancelled" else 0
 
 
-SPECULATIVE_NOTE = ("speculative decoding is not available in this build yet: {flags} accepted but not used "
-                    "(replies come from the target model alone)")
+SPECULATIVE_NOTE = ("prompt compression (PFlash) is not available in this build yet: {flags} accepted but not used "
+                    "(long prompts are prefilled in full)")
 
 
 def speculative_note(args) -> str | None:
-    """What to tell the user when a draft or prefill drafter was configured (never faked)."""
-    given = [flag for flag, value in (("--draft", args.draft), ("--prefill-drafter", args.prefill_drafter)) if value]
+    """What to tell the user when a feature this build lacks was configured (never faked)."""
+    given = [flag for flag, value in (("--prefill-drafter", args.prefill_drafter),) if value]
     return SPECULATIVE_NOTE.format(flags=" and ".join(given)) if given else None
 
 

@@ -37,6 +37,9 @@ class EngineSettings:
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     max_ctx_given: bool = False   # said on the command line (then capping it is worth a note)
+    draft: str | None = None      # DFlash draft GGUF (speculative decoding when spec == "chain")
+    draft_max: int | None = None  # proposals per block (default: the draft's block size - 1)
+    spec: str = "chain"           # off | chain
 
     def n_ctx_for(self, n_ctx_train: int) -> int:
         # A context beyond the training length only produces garbage, so cap it (0: unknown).
@@ -52,7 +55,9 @@ def engine_settings(args) -> EngineSettings:
     return EngineSettings(target=str(target), device=args.device, threads=args.threads,
                           max_ctx=args.max_ctx or DEFAULT_MAX_CTX, max_ctx_given=args.max_ctx is not None,
                           plan_memory=getattr(args, "plan_memory", None),
-                          cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v)
+                          cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
+                          draft=getattr(args, "draft", None), draft_max=getattr(args, "draft_max", None),
+                          spec=getattr(args, "spec", None) or "chain")
 
 
 def sampling_from_args(args) -> Sampling:

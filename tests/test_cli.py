@@ -237,3 +237,21 @@ def test_data_dir_precedence(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert config.data_dir() == tmp_path / ".local" / "share" / "luce"
+
+
+def test_prompt_with_a_draft_model_gives_the_plain_greedy_answer(tmp_path):
+    """--draft turns on chain speculation: the greedy answer is the same text, and -v names the draft."""
+    from tools.tiny_dflash import TinyDraftConfig, write_tiny_dflash
+    from tools.tiny_gguf import TinyConfig, write_tiny_gguf
+
+    cfg = TinyConfig(arch="qwen35", n_layer=4, head_dim=32, seed=8, tokenizer_from=str(le.default_model_path()))
+    target = write_tiny_gguf(tmp_path / "t.gguf", cfg)
+    draft = write_tiny_dflash(tmp_path / "d.gguf", target, TinyDraftConfig(block_size=8))
+    base = ["-p", "Hello there", "--target", target, "--device", "cpu", "--threads", "1", "--temp", "0",
+            "--max-tokens", "24"]
+    plain = luce(*base)
+    spec = luce(*base, "--draft", draft, "-v")
+    off = luce(*base, "--draft", draft, "--spec", "off")
+    assert plain.returncode == spec.returncode == off.returncode == 0, spec.stderr
+    assert spec.stdout == plain.stdout == off.stdout and plain.stdout.strip()
+    assert "draft d.gguf (llama dialect, block 8" in spec.stderr

@@ -348,15 +348,15 @@ async def test_palette_provider_has_the_commands(engine):
         assert app.input.text == "/attach "
 
 
-@pytest.mark.parametrize("flag", ["draft", "prefill_drafter"])
 @run_async
-async def test_speculative_flags_are_not_faked(engine, flag):
+async def test_prefill_drafter_flag_is_not_faked(engine):
     from luce_tui.cli import build_parser, speculative_note
 
-    args = build_parser().parse_args([f"--{flag.replace('_', '-')}", "/models/d.gguf"])
+    args = build_parser().parse_args(["--prefill-drafter", "/models/d.gguf"])
     note = speculative_note(args)
     assert "not available in this build yet" in note
-    app = make_app(engine, note=note, **{flag: "/models/d.gguf"})
+    assert speculative_note(build_parser().parse_args(["--draft", "/models/d.gguf"])) is None   # drafts work
+    app = make_app(engine, note=note, prefill_drafter="/models/d.gguf")
     async with app.run_test(size=SIZE) as pilot:
         assert "not available in this build yet" in last_notice(app, "warning")
         await type_and_send(pilot, app, "/model", wait=False)
