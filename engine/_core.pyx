@@ -240,14 +240,14 @@ cdef class CoreEngine:
         prov = [r.provenance[i] for i in range(r.n_tokens)]
         return toks, prov, r.n_drafted, r.n_accepted, r.sample_ms, r.decode_ms
 
-    def verify(self, tokens):
+    def verify(self, tokens, bint keep_pre_logits=True):
         cdef int32_t[::1] buf = np.ascontiguousarray(tokens, dtype=np.int32)
         cdef int32_t n = buf.shape[0]
         cdef luce_status st
         if n == 0:
             raise ValueError("verify needs at least one token")
         with nogil:
-            st = luce_engine_verify(self.ptr, &buf[0], n)
+            st = luce_engine_verify(self.ptr, &buf[0], n, keep_pre_logits)
         _check(st)
 
     def commit(self, int k):

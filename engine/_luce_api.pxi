@@ -112,7 +112,7 @@ cdef extern from "luce.h" nogil:
         double decode_ms
     luce_status luce_engine_step(luce_engine * engine, const luce_sampling_params * params, luce_step_result * out)
     luce_status luce_engine_truncate(luce_engine * engine, int32_t n)
-    luce_status luce_engine_verify(luce_engine * engine, const int32_t * tokens, int32_t n)
+    luce_status luce_engine_verify(luce_engine * engine, const int32_t * tokens, int32_t n, bint keep_pre_logits)
     luce_status luce_engine_commit(luce_engine * engine, int32_t k)
     luce_status luce_engine_checkpoint(luce_engine * engine)
     luce_status luce_engine_set_capture(luce_engine * engine, const int32_t * layers, int32_t n_layers,

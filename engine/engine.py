@@ -151,15 +151,17 @@ class Engine:
             toks, prov, n_drafted, n_accepted, sample_ms, decode_ms = self._core.step(self._native_params(s))
         return StepResult(toks, [p == 1 for p in prov], n_drafted, n_accepted, sample_ms, decode_ms)
 
-    def verify(self, tokens: Sequence[int], *, logits: bool = True) -> np.ndarray:
+    def verify(self, tokens: Sequence[int], *, logits: bool = True, keep_pre_logits: bool = True) -> np.ndarray:
         """Evaluate up to n_verify_max provisional tokens in one batch; returns their logits [n, n_vocab]
         (with logits=False only each row's greedy token, int32 [n]: nothing large is downloaded).
 
         Follow with commit(k) to keep the first k of them (the rest are rolled back, recurrent
-        state included, without recomputation).
+        state included, without recomputation). keep_pre_logits=False: after commit(0) only the
+        greedy token of the previous logits is known (their row is downloaded again on demand by
+        recomputing it), which saves a row download per verify.
         """
         with self._lock:
-            self._core.verify(np.asarray(list(tokens), dtype=np.int32))
+            self._core.verify(np.asarray(list(tokens), dtype=np.int32), keep_pre_logits)
             return self._core.all_logits() if logits else self._core.all_argmax()
 
     def argmax(self, i: int = -1) -> int:
@@ -237,7 +239,7 @@ class Engine:
                         reason = "eos"
                     else:
                         piece, hit = matcher.feed(decoder.push(t))
-                        _add_span(spans, piece, drafted)
+                        add_span(spans, piece, drafted)
                         reason = "stop" if hit else None
                     if reason:
                         # inside a multi-token step: plain decoding would have stopped here
@@ -250,7 +252,7 @@ class Engine:
                 if reason is None and produced >= max_tokens:
                     reason = "length"
                 if reason in ("eos", "length"):
-                    _add_span(spans, matcher.feed(decoder.flush())[0] + matcher.flush(), False)
+                    add_span(spans, matcher.feed(decoder.flush())[0] + matcher.flush(), False)
                 r.spans = spans
                 r.text, r.finish_reason = "".join(t for t, _ in spans), reason
                 yield r
@@ -263,7 +265,7 @@ class Engine:
 _GREEDY = Sampling()
 
 
-def _add_span(spans: list[tuple[str, bool]], text: str, drafted: bool) -> None:
+def add_span(spans: list[tuple[str, bool]], text: str, drafted: bool) -> None:
     """Appends text to the runs, merging it into the last run when the provenance is the same."""
     if not text:
         return

@@ -141,7 +141,8 @@ class ChainSpeculator:
             self._inject_up_to(c)
             drafts = [int(t) for t in self.drafter.draft(x0, c)[:n_draft]]
         t1 = time.perf_counter()
-        eng.verify([x0] + drafts, logits=False)
+        # commit(0) happens only on an error, so the previous row need not be kept on the host
+        eng.verify([x0] + drafts, logits=False, keep_pre_logits=False)
         try:
             accepted, bonus = 0, None
             for i in range(len(drafts) + 1):

@@ -79,7 +79,7 @@ import gguf
 from gguf import GGMLQuantizationType as QT
 from gguf import GGUFValueType as VT
 
-from tools.tiny_gguf import TinyConfig, _Writer, _byte_tokenizer, _encode, _random_makers
+from tools.tiny_gguf import TinyConfig, _Writer, _byte_tokenizer, _encode, _random_makers, tokenizer_kvs
 
 CONVENTIONS = ("llama", "lucebox")
 LUCEBOX_ARCHS = ("dflash-draft", "qwen35-dflash-draft")
@@ -147,43 +147,13 @@ class TargetInfo:
     tokenizer_kvs: list   # (key, value, type, sub_type) of every tokenizer.* key
 
 
-def _read_tokenizer(reader: gguf.GGUFReader) -> tuple[list, int]:
-    """Every tokenizer.* key with its value type, strings as raw bytes (copied verbatim).
-    Unlike tools.tiny_gguf._read_tokenizer this also copies empty arrays (the 256-token byte
-    vocab has no merges), whose element type sits in parts[3]."""
-    kvs, n_vocab = [], None
-    for key, f in reader.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        main = VT(f.types[0])
-        if main == VT.ARRAY:
-            if not f.data:
-                kvs.append((key, [], main, VT(int(f.parts[3][0]))))
-                continue
-            sub = VT(f.types[-1])
-            if sub == VT.ARRAY:
-                raise ValueError(f"nested array {key} not supported")
-            if sub == VT.STRING:
-                val = [bytes(f.parts[i]) for i in f.data]
-            else:
-                val = [f.parts[i].tolist()[0] for i in f.data]
-            kvs.append((key, val, main, sub))
-            if key == "tokenizer.ggml.tokens":
-                n_vocab = len(val)
-        elif main == VT.STRING:
-            kvs.append((key, bytes(f.parts[f.data[0]]), main, None))
-        else:
-            kvs.append((key, f.parts[f.data[0]].tolist()[0], main, None))
-    if n_vocab is None:
-        raise ValueError("target GGUF has no tokenizer.ggml.tokens")
-    return kvs, n_vocab
 
 
 def target_info(target) -> TargetInfo:
     """TargetInfo from a TinyConfig or from the path of a target GGUF."""
     if isinstance(target, TinyConfig):
         if target.tokenizer_from:
-            kvs, n_vocab = _read_tokenizer(gguf.GGUFReader(target.tokenizer_from))
+            kvs, n_vocab = tokenizer_kvs(gguf.GGUFReader(target.tokenizer_from), target.tokenizer_from)
         else:  # same pre-tokenizer mapping as tiny_gguf._write
             n_vocab = target.n_vocab
             kvs = _byte_tokenizer(n_vocab, {"qwen3": "qwen2", "qwen35": "qwen35"}.get(target.arch, "smollm"))
@@ -198,7 +168,7 @@ def target_info(target) -> TargetInfo:
     arch = val("general.architecture")
     n_embd = int(val(f"{arch}.embedding_length"))
     n_layer = int(val(f"{arch}.block_count")) - int(val(f"{arch}.nextn_predict_layers", 0))
-    kvs, n_vocab = _read_tokenizer(reader)
+    kvs, n_vocab = tokenizer_kvs(reader, "target GGUF")
     del reader
     return TargetInfo(arch, n_embd, n_vocab, n_layer, list(kvs))
 

@@ -179,17 +179,19 @@ def _byte_tokenizer(n_vocab: int, pre: str) -> list[tuple[str, object, VT, VT | 
     ]
 
 
-@functools.lru_cache(maxsize=4)
-def _read_tokenizer(path: str, _mtime: float) -> tuple[list, int]:
-    """Every tokenizer.* key of a GGUF with its value type; strings stay raw bytes so
-    they are copied verbatim. Cached: SmolLM2's 49k tokens take a while to parse."""
-    reader = gguf.GGUFReader(path)
+def tokenizer_kvs(reader: gguf.GGUFReader, source: str) -> tuple[list, int]:
+    """Every tokenizer.* key of a GGUF with its value type; strings stay raw bytes so they are
+    copied verbatim. Empty arrays (a byte vocabulary has no merges) keep their element type,
+    which sits in parts[3]."""
     kvs, n_vocab = [], None
     for key, f in reader.fields.items():
         if not key.startswith("tokenizer."):
             continue
         main = VT(f.types[0])
         if main == VT.ARRAY:
+            if not f.data:
+                kvs.append((key, [], main, VT(int(f.parts[3][0]))))
+                continue
             sub = VT(f.types[-1])
             if sub == VT.ARRAY:
                 raise ValueError(f"nested array {key} not supported")
@@ -205,8 +207,14 @@ def _read_tokenizer(path: str, _mtime: float) -> tuple[list, int]:
         else:
             kvs.append((key, f.parts[f.data[0]].tolist()[0], main, None))
     if n_vocab is None:
-        raise ValueError(f"{path}: no tokenizer.ggml.tokens")
+        raise ValueError(f"{source}: no tokenizer.ggml.tokens")
     return kvs, n_vocab
+
+
+@functools.lru_cache(maxsize=4)
+def _read_tokenizer(path: str, _mtime: float) -> tuple[list, int]:
+    """tokenizer_kvs of a file, cached: SmolLM2's 49k tokens take a while to parse."""
+    return tokenizer_kvs(gguf.GGUFReader(path), path)
 
 
 # ---------------------------------------------------------------- weights

@@ -18,6 +18,7 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Collapsible, Markdown, Static
 
+from luce_engine.engine import add_span
 from luce_tui.thinking import ThinkSplitter
 
 Spans = list[tuple[str, bool]]
@@ -25,15 +26,6 @@ Spans = list[tuple[str, bool]]
 
 def provenance_content(spans: Spans) -> Content:
     return Content.assemble(*[(text, "$draft-highlight bold") if drafted else text for text, drafted in spans])
-
-
-def _merge(spans: Spans, text: str, drafted: bool) -> None:
-    if not text:
-        return
-    if spans and spans[-1][1] == drafted:
-        spans[-1] = (spans[-1][0] + text, drafted)
-    else:
-        spans.append((text, drafted))
 
 
 class Notice(Static):
@@ -131,7 +123,7 @@ class AssistantMessage(Vertical):
         """Route spans to think/answer; returns the new answer text."""
         new_answer = []
         for text, drafted in spans:
-            _merge(self.all_spans, text, drafted)
+            add_span(self.all_spans, text, drafted)
             new_answer.append(self._feed_pieces(self.splitter.feed(text, drafted)))
         return "".join(new_answer)
 
@@ -141,7 +133,7 @@ class AssistantMessage(Vertical):
             if channel == "think":
                 self.think += text
             else:
-                _merge(self.answer_spans, text, drafted)
+                add_span(self.answer_spans, text, drafted)
                 new_answer.append(text)
         return "".join(new_answer)
 

@@ -202,8 +202,11 @@ LUCE_API luce_status luce_engine_checkpoint(luce_engine * engine);
 // batch and keeps logits for every one of them. The tokens stay provisional until
 // luce_engine_commit(k) keeps the first k (0..n): the KV length and, for hybrid models, the
 // recurrent and conv state are restored to "after token k" without running the model again.
-// Any other compute call before the commit is an error.
-LUCE_API luce_status luce_engine_verify(luce_engine * engine, const int32_t * tokens, int32_t n);
+// Any other compute call before the commit is an error. keep_pre_logits false: commit(0) restores
+// only the greedy token of the logits before the verify, which saves downloading that row when the
+// caller never needs its distribution (a speculative loop commits at least the first token).
+LUCE_API luce_status luce_engine_verify(luce_engine * engine, const int32_t * tokens, int32_t n,
+                                        bool keep_pre_logits);
 LUCE_API luce_status luce_engine_commit(luce_engine * engine, int32_t k);
 
 // Hidden-state capture (the features a DFlash draft reads). For each listed layer L the residual

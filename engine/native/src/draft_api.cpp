@@ -1,6 +1,7 @@
 // draft_api.cpp — the C API of the DFlash draft model (luce.h, "DFlash draft model").
 #include "luce.h"
 #include "draft_model.h"
+#include "api_guard.h"
 #include "error.h"
 
 #include <cstring>
@@ -8,25 +9,7 @@
 
 using luce::Error;
 
-template <typename F>
-static luce_status guarded(F && f) {
-    luce::clear_last_error();
-    try {
-        f();
-        return LUCE_OK;
-    } catch (const Error & e) {
-        luce::set_last_error(e.what());
-        return e.status;
-    } catch (const std::bad_alloc &) {
-        luce::set_last_error("out of host memory");
-        return LUCE_ERR_MEMORY;
-    } catch (const std::exception & e) {
-        luce::set_last_error(std::string("internal error: ") + e.what());
-        return LUCE_ERR_COMPUTE;
-    }
-}
-
-#define REQUIRE(cond, msg) do { if (!(cond)) throw Error(LUCE_ERR_INVALID_ARG, msg); } while (0)
+using luce::guarded;
 
 extern "C" {
 

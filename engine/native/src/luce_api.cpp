@@ -1,31 +1,14 @@
 // luce_api.cpp — the C API: argument checks, exception-to-status translation, defaults.
 #include "luce.h"
 #include "engine.h"
+#include "api_guard.h"
 #include "error.h"
 
 #include <new>
 
 using luce::Error;
 
-template <typename F>
-static luce_status guarded(F && f) {
-    luce::clear_last_error();
-    try {
-        f();
-        return LUCE_OK;
-    } catch (const Error & e) {
-        luce::set_last_error(e.what());
-        return e.status;
-    } catch (const std::bad_alloc &) {
-        luce::set_last_error("out of host memory");
-        return LUCE_ERR_MEMORY;
-    } catch (const std::exception & e) {
-        luce::set_last_error(std::string("internal error: ") + e.what());
-        return LUCE_ERR_COMPUTE;
-    }
-}
-
-#define REQUIRE(cond, msg) do { if (!(cond)) throw Error(LUCE_ERR_INVALID_ARG, msg); } while (0)
+using luce::guarded;
 
 extern "C" {
 
@@ -159,10 +142,10 @@ luce_status luce_engine_step(luce_engine * e, const luce_sampling_params * p, lu
     });
 }
 
-luce_status luce_engine_verify(luce_engine * e, const int32_t * tokens, int32_t n) {
+luce_status luce_engine_verify(luce_engine * e, const int32_t * tokens, int32_t n, bool keep_pre_logits) {
     return guarded([&] {
         REQUIRE(e && tokens, "engine and tokens are required");
-        e->impl->verify(tokens, n);
+        e->impl->verify(tokens, n, keep_pre_logits);
     });
 }
 
