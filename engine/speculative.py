@@ -69,8 +69,11 @@ class ChainSpeculator:
     reads), then step() in place of Engine.step(); Engine.generate(speculator=...) does both.
     """
 
-    def __init__(self, engine, drafter: Drafter, *, max_draft: int | None = None, capture_ring: int = 4096):
+    def __init__(self, engine, drafter: Drafter, *, max_draft: int | None = None, capture_ring: int = 4096,
+                 synthetic=None):
         self.engine, self.drafter = engine, drafter
+        # benchmark only (luce_engine.synthetic): accept drafts at random, output is not the target's
+        self.synthetic = synthetic
         self.max_draft = drafter.block_size - 1 if max_draft is None else min(max_draft, drafter.block_size - 1)
         if self.max_draft < 0:
             raise ValueError("max_draft must be >= 0")
@@ -112,6 +115,11 @@ class ChainSpeculator:
     def _sample(self, sampling: Sampling, native, row: int) -> int:
         return self.engine.argmax(row) if native is None else self.engine._core.sample(native, row)
 
+    def _accepts(self, drafted: int, target: int, stop_ids) -> bool:
+        if self.synthetic is None:
+            return drafted == target
+        return drafted not in stop_ids and self.synthetic.accept()
+
     def step(self, sampling: Sampling, *, max_emit: int | None = None, stop_ids: frozenset[int] | set = frozenset()):
         """Commits 1..max_draft+1 tokens; returns a StepResult with per-token provenance.
 
@@ -147,9 +155,9 @@ class ChainSpeculator:
             accepted, bonus = 0, None
             for i in range(len(drafts) + 1):
                 y = self._sample(sampling, native, i)
-                if i < len(drafts) and y == drafts[i]:
+                if i < len(drafts) and self._accepts(drafts[i], y, stop_ids):
                     accepted += 1
-                    if y in stop_ids:   # generation ends on this token: nothing after it
+                    if drafts[i] in stop_ids:   # generation ends on this token: nothing after it
                         bonus = None
                         break
                     continue

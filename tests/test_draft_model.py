@@ -15,11 +15,11 @@ import dflash_reference as R
 import tools.tiny_dflash as TD
 from luce_engine import (DraftMismatchError, DraftModel, EngineStateError, InvalidArgumentError, Model,
                          ModelValidationError)
-from reference import DEVICE, THREADS
+from reference import DEVICE, DRAFT_REF_TOL, THREADS
 from tools.tiny_dflash import BAD_DRAFT_DETAILS, BAD_DRAFT_KINDS, TinyDraftConfig, write_bad_draft, write_tiny_dflash
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
-TOL = 1e-4   # max |ours - reference| relative to max |reference logit|
+TOL = DRAFT_REF_TOL   # max |ours - reference| relative to max |reference logit|
 
 TARGETS = {
     "llama": TinyConfig(arch="llama", n_layer=4, seed=3),

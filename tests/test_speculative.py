@@ -11,7 +11,7 @@ import pytest
 
 from luce_engine import Engine, Model, Sampling
 from luce_engine.speculative import ChainSpeculator
-from reference import DEVICE, THREADS
+from reference import DEVICE, THREADS, TINY_WEIGHTS
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
 B = 8   # block: x0 + 7 proposals
@@ -53,8 +53,8 @@ class RandomDrafter(OracleDrafter):
 
 
 def model_for(arch: str, tmp_path) -> Model:
-    cfg = (TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=32, seed=21) if arch == "qwen35"
-           else TinyConfig(arch="llama", n_vocab=256, head_dim=32, seed=21))
+    shape = dict(n_vocab=256, n_layer=4, head_dim=32) if arch == "qwen35" else dict(n_vocab=256, head_dim=32)
+    cfg = TinyConfig(arch=arch, seed=21, weight_type=TINY_WEIGHTS, **shape)
     return Model(write_tiny_gguf(tmp_path / f"{arch}.gguf", cfg), device=DEVICE, n_threads=THREADS)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from luce_engine import Engine, Model
 from luce_engine.speculative import ChainSpeculator
-from reference import DEVICE, THREADS
+from reference import DEVICE, THREADS, TINY_WEIGHTS
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
 draft_mod = pytest.importorskip("luce_engine.draft")
@@ -21,8 +21,8 @@ N_PROMPTS, N_TOKENS = 20, 128
 
 def targets(tmp_path):
     return {
-        "qwen35": TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=32, seed=31),
-        "llama": TinyConfig(arch="llama", n_vocab=256, head_dim=32, seed=31),
+        "qwen35": TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=32, seed=31, weight_type=TINY_WEIGHTS),
+        "llama": TinyConfig(arch="llama", n_vocab=256, head_dim=32, seed=31, weight_type=TINY_WEIGHTS),
     }
 
 
