@@ -398,6 +398,13 @@ cdef class CoreDraft:
             st = luce_draft_inject(self.ptr, &view[0, 0], n, start_pos)
         _check(st)
 
+    def inject_captured(self, CoreEngine engine, int start_pos, int n):
+        """Features of positions start_pos.. read on the device from the engine's capture rings."""
+        cdef luce_status st
+        with nogil:
+            st = luce_draft_inject_captured(self.ptr, engine.ptr, start_pos, n)
+        _check(st)
+
     def draft(self, int x0, int pos0):
         """Greedy draft tokens of block rows 1..B-1 (row i predicts position pos0 + i)."""
         out = np.empty(self.block - 1, dtype=np.int32)

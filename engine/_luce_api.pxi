@@ -174,5 +174,6 @@ cdef extern from "luce.h" nogil:
     luce_status luce_draft_get_info(const luce_draft * draft, luce_draft_info * out)
     luce_status luce_draft_reset(luce_draft * draft)
     luce_status luce_draft_inject(luce_draft * draft, const float * features, int32_t n, int32_t start_pos)
+    luce_status luce_draft_inject_captured(luce_draft * draft, const luce_engine * engine, int32_t start_pos, int32_t n)
     luce_status luce_draft_run(luce_draft * draft, int32_t x0, int32_t pos0, int32_t * out_tokens)
     luce_status luce_draft_logits(const luce_draft * draft, int32_t first, int32_t n, float * out)

@@ -70,6 +70,11 @@ class DraftModel:
         context positions start_pos..start_pos+n-1."""
         self._core.inject(features, int(start_pos))
 
+    def inject_captured(self, engine, start_pos: int, n: int) -> None:
+        """Features of context positions start_pos..start_pos+n-1 straight from the engine's capture
+        rings on the device (the engine must capture `capture_layers` with output=True)."""
+        self._core.inject_captured(engine._core, int(start_pos), int(n))
+
     def draft(self, x0: int, pos0: int) -> list[int]:
         """Greedy proposals for positions pos0+1..pos0+B-1 from the block [x0, M, ..., M] at pos0..."""
         return self._core.draft(int(x0), int(pos0))

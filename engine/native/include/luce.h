@@ -300,6 +300,11 @@ LUCE_API luce_status luce_draft_reset(luce_draft * draft);
 // Injects target features of context positions start_pos..start_pos+n-1: `features` is
 // [n][n_capture * n_embd] floats (per position the captured layers' hidden states, in capture order).
 LUCE_API luce_status luce_draft_inject(luce_draft * draft, const float * features, int32_t n, int32_t start_pos);
+// Same, with the features of positions start_pos..start_pos+n-1 read on the device from the
+// engine's capture rings (luce_engine_set_capture with the draft's layers, output convention).
+// The engine must run the draft's target model; the positions must be committed and in the ring.
+LUCE_API luce_status luce_draft_inject_captured(luce_draft * draft, const luce_engine * engine, int32_t start_pos,
+                                                int32_t n);
 // Runs one block with x0 at position pos0 and writes the greedy draft tokens of rows 1..B-1
 // (B-1 ids; row i predicts the token at pos0 + i) into out_tokens.
 LUCE_API luce_status luce_draft_run(luce_draft * draft, int32_t x0, int32_t pos0, int32_t * out_tokens);

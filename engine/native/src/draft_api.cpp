@@ -1,6 +1,7 @@
 // draft_api.cpp — the C API of the DFlash draft model (luce.h, "DFlash draft model").
 #include "luce.h"
 #include "draft_model.h"
+#include "engine.h"
 #include "api_guard.h"
 #include "error.h"
 
@@ -72,6 +73,13 @@ luce_status luce_draft_inject(luce_draft * d, const float * features, int32_t n,
     return guarded([&] {
         REQUIRE(d && features, "draft and features are required");
         d->ctx->inject(features, n, start_pos);
+    });
+}
+
+luce_status luce_draft_inject_captured(luce_draft * d, const luce_engine * e, int32_t start_pos, int32_t n) {
+    return guarded([&] {
+        REQUIRE(d && e, "draft and engine are required");
+        d->ctx->inject_captured(*e->impl, start_pos, n);
     });
 }
 
