@@ -83,6 +83,7 @@ cdef class CoreModel:
             "n_embd": luce_model_n_embd(self.ptr), "n_layer": luce_model_n_layer(self.ptr),
             "n_ctx_train": luce_model_n_ctx_train(self.ptr), "n_params": luce_model_n_params(self.ptr),
             "weight_bytes": luce_model_weight_bytes(self.ptr), "types": luce_model_type_summary(self.ptr).decode(),
+            "n_fused": luce_model_n_fused(self.ptr),
         }
 
     def plan(self, int n_ctx=0, int n_batch=512, str cache_type_k="f16", str cache_type_v="f16", bint kv_rotation=True,

@@ -49,6 +49,7 @@ cdef extern from "luce.h" nogil:
     int32_t luce_model_n_ctx_train(const luce_model * model)
     uint64_t luce_model_n_params(const luce_model * model)
     uint64_t luce_model_weight_bytes(const luce_model * model)
+    int32_t luce_model_n_fused(const luce_model * model)
     const char * luce_model_type_summary(const luce_model * model)
 
     ctypedef enum luce_cache_type:

@@ -84,6 +84,8 @@ LUCE_API uint64_t     luce_model_n_params(const luce_model * model);
 LUCE_API uint64_t     luce_model_weight_bytes(const luce_model * model);
 // A one-line summary of the weight types, e.g. "Q4_1 (211), Q8_0 (1), F32 (61)".
 LUCE_API const char * luce_model_type_summary(const luce_model * model);
+// Projections stored fused in one weight (same input and type; device copies only, see weight_fusion.h).
+LUCE_API int32_t      luce_model_n_fused(const luce_model * model);
 
 // ---- KV cache types -----------------------------------------------------------------------
 typedef enum luce_cache_type {
