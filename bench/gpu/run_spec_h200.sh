@@ -17,7 +17,7 @@ models=$!
 BUILD_DIR=/tmp/lcpbuild EXTRA_CMAKE_ARGS="-DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF" \
   bash .device/build.sh > "$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
 echo "build done $(date +%T)"
-LUCE_TEST_DEVICE=cuda:0 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_speculative.py', 'tests/test_speculative_dflash.py', 'tests/test_draft_model.py', 'tests/test_synthetic.py', 'tests/test_tiny_qwen35.py', '-q', '-p', 'no:cacheprovider']))" > "$OUT/exact_cuda.txt" 2>&1
+LUCE_TEST_DEVICE=cuda:0 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_speculative.py', 'tests/test_speculative_dflash.py', 'tests/test_draft_model.py', 'tests/test_synthetic.py', 'tests/test_tiny_qwen35.py', 'tests/test_engine.py', 'tests/test_parity.py', '-q', '-p', 'no:cacheprovider']))" > "$OUT/exact_cuda.txt" 2>&1
 tail -3 "$OUT/exact_cuda.txt"
 wait $models; tail -2 "$OUT/models.txt"
 python3 bench/gpu/profile_kernels.py --model $M/q27.gguf --draft $M/q27-dflash.gguf --verify ${PROFILE_VERIFY:-16} > "$OUT/profile.txt" 2>&1
