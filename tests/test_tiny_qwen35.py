@@ -204,7 +204,7 @@ def test_fused_projections_compute_what_separate_ones_do(tmp_path, weight_type):
     prompt = [int(t) for t in np.random.default_rng(1).integers(0, 256, 40)]
     runs = []
     for mmap in (True, False):
-        model = Model(path, use_mmap=mmap, n_threads=2)
+        model = Model(path, device="cpu", use_mmap=mmap, n_threads=2)   # a CPU property
         assert model._core.info["n_fused"] == (0 if mmap else 7)   # ffn in 4 layers, ssm_in in the 3 DeltaNet ones
         eng = Engine(model, n_ctx=256)
         eng.prefill(prompt)

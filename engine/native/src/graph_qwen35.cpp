@@ -43,13 +43,14 @@ static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model
     ggml_tensor * c = ggml_silu(ctx, ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xin, Kc - 1 + n, C, 1), L.ssm_conv1d));   // [C, n, 1]
 
     const size_t f = ggml_element_size(c);
-    ggml_tensor * q = ggml_view_4d(ctx, c, S, Hk, n, 1, S * f, C * f, C * n * f, 0);
-    ggml_tensor * k = ggml_view_4d(ctx, c, S, Hk, n, 1, S * f, C * f, C * n * f, size_t(Hk * S) * f);
     ggml_tensor * v = ggml_view_4d(ctx, c, S, Hv, n, 1, S * f, C * f, C * n * f, size_t(2 * Hk * S) * f);
-    // L2 norm per head: x / sqrt(Σx² + eps), as rms_norm with eps/S scaled back by 1/sqrt(S)
+    // L2 norm per head: x / sqrt(Σx² + eps), as rms_norm with eps/S scaled back by 1/sqrt(S).
+    // q and k heads are adjacent in each row of c, so one norm and one scale serve both.
     const float inv_sqrt_s = 1.0f / std::sqrt(float(S));
-    q = ggml_scale(ctx, ggml_rms_norm(ctx, q, hp.rms_eps / float(S)), inv_sqrt_s);
-    k = ggml_scale(ctx, ggml_rms_norm(ctx, k, hp.rms_eps / float(S)), inv_sqrt_s);
+    ggml_tensor * qk = ggml_view_4d(ctx, c, S, 2 * Hk, n, 1, S * f, C * f, C * n * f, 0);
+    qk = ggml_scale(ctx, ggml_rms_norm(ctx, qk, hp.rms_eps / float(S)), inv_sqrt_s);   // [S, 2·Hk, n]
+    ggml_tensor * q = ggml_view_4d(ctx, qk, S, Hk, n, 1, qk->nb[1], qk->nb[2], qk->nb[3], 0);
+    ggml_tensor * k = ggml_view_4d(ctx, qk, S, Hk, n, 1, qk->nb[1], qk->nb[2], qk->nb[3], size_t(Hk) * qk->nb[1]);
 
     // K state slots after the outputs: slot s = state after token n-1-s (verify keeps one per token)
     const int64_t K = verify ? n : 1;
