@@ -178,3 +178,15 @@ cdef extern from "luce.h" nogil:
     luce_status luce_draft_inject_captured(luce_draft * draft, const luce_engine * engine, int32_t start_pos, int32_t n)
     luce_status luce_draft_run(luce_draft * draft, int32_t x0, int32_t pos0, int32_t * out_tokens)
     luce_status luce_draft_logits(const luce_draft * draft, int32_t first, int32_t n, float * out)
+
+    # ---- DFlash draft memory plan
+    ctypedef struct luce_draft_plan_info:
+        luce_draft_info info
+        int32_t capture_ring
+        uint64_t weight_bytes
+        uint64_t kv_bytes
+        uint64_t compute_bytes
+        uint64_t capture_ring_bytes
+        uint64_t total
+    luce_status luce_draft_plan(const char * path, const luce_model * target, int32_t n_ctx_draft, int32_t capture_ring,
+                                luce_draft_plan_info * out)

@@ -313,6 +313,28 @@ LUCE_API luce_status luce_draft_run(luce_draft * draft, int32_t x0, int32_t pos0
 // Copies logits rows first..first+n-1 of the last run ([n][n_vocab] floats; rows 0..B-1).
 LUCE_API luce_status luce_draft_logits(const luce_draft * draft, int32_t first, int32_t n, float * out);
 
+// ---- DFlash draft memory plan ---------------------------------------------------------------
+// What a draft in use costs, before anything is allocated: the file is validated against the
+// target exactly as luce_draft_load() does (same status codes and messages), its weights are
+// sized from the tensor headers and nothing is read or allocated. The target may be a plan-only
+// model (luce_model_params.plan_only).
+typedef struct luce_draft_plan_info {
+    luce_draft_info info;        // as luce_draft_get_info() reports after a load, except: kv_bytes and
+                                 // compute_bytes are the planned values below, graph counters are 0
+    int32_t  capture_ring;       // positions of the target engine's capture ring planned for
+    uint64_t weight_bytes;       // draft weights (the target's embedding/head not counted)
+    uint64_t kv_bytes;           // draft KV cache (ring + block scratch), exact
+    uint64_t compute_bytes;      // scratch of the inject, inject-from-rings and draft graphs: an upper
+                                 // bound of the measured value (draft_model.cpp states the formula)
+    uint64_t capture_ring_bytes; // the target engine's hidden-state capture ring (F32, one per captured layer)
+    uint64_t total;              // the four above
+} luce_draft_plan_info;
+
+// n_ctx_draft as in luce_draft_params (<= 0: 4096); capture_ring: the ring size the engine's
+// luce_engine_set_capture() will get (<= 0: 4096).
+LUCE_API luce_status luce_draft_plan(const char * path, const luce_model * target, int32_t n_ctx_draft,
+                                     int32_t capture_ring, luce_draft_plan_info * out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -61,8 +61,29 @@ struct DraftModel {
 };
 
 // Loads and validates a draft for `target`; throws luce::Error (LUCE_ERR_DRAFT_MISMATCH when the
-// file is a valid draft for another target).
-std::unique_ptr<DraftModel> load_draft_model(const std::string & path, const Model & target, bool use_mmap);
+// file is a valid draft for another target). load_weights=false (planning) runs exactly the same
+// validation and sizes every weight but allocates and reads nothing; then `target` may itself be
+// a plan-only model, and the result can be planned (plan_draft) but not run.
+std::unique_ptr<DraftModel> load_draft_model(const std::string & path, const Model & target, bool use_mmap,
+                                             bool load_weights = true);
+
+// The draft's ring size for a requested n_ctx_draft (<= 0: the default 4096).
+int draft_ring_size(int n_ctx_draft);
+
+// Memory of a draft in use, before anything is allocated (the weights come from the loaded or
+// plan-only DraftModel; the rest from its hyperparameters).
+struct DraftPlan {
+    int n_ctx_draft = 0, capture_ring = 0;
+    uint64_t weights = 0;
+    uint64_t kv = 0;            // exactly what DraftContext allocates for its K/V
+    uint64_t compute = 0;       // estimate, an upper bound of DraftContext::compute_bytes() (formula in draft_model.cpp)
+    uint64_t capture_ring_bytes = 0;   // the target engine's hidden-state capture ring for this draft
+    uint64_t total() const { return weights + kv + compute + capture_ring_bytes; }
+};
+uint64_t draft_kv_bytes(const DraftHParams & hp, int n_ctx_draft);
+uint64_t draft_compute_bytes_estimate(const DraftModel & d, int n_ctx_draft);
+uint64_t draft_capture_ring_bytes(const DraftHParams & hp, int capture_ring);
+DraftPlan plan_draft(const DraftModel & d, int n_ctx_draft, int capture_ring);
 
 // Design (A) draft context: per draft layer a KV cache of rows [0, B) = block scratch and rows
 // B + (p mod n_ctx_draft) = injected context position p. Inject and draft graphs are built once
