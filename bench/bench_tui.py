@@ -6,7 +6,7 @@ A SYNTHETIC token source stands in for the engine's generation (labelled as such
 it wraps a real tiny engine (so the prompt path is real) and yields steps of 4 tokens — words,
 code and Markdown, every other step "drafted" (--highlight shows them coloured) — paced at --rate
 tokens/s. While it streams through the app's worker → queue → ~30 Hz timer pipeline into the
-Markdown widget, the benchmark measures:
+reply's Markdown view (or, with --highlight, its provenance view), the benchmark measures:
 
   * UI frame gaps: a 60 Hz interval callback inside the app; the worst gap between two of its
     runs is the longest the event loop was blocked (by rendering, parsing, ...);

@@ -4,11 +4,13 @@ The worker never touches widgets. Streamed data (prefill progress, committed ste
 (text, drafted) spans) goes into a queue.SimpleQueue, stamped with the worker's clock; the app's
 timer drains it in one batch per frame, so the UI does one update per frame, never one per token.
 Lifecycle events (started, finished, failed) are Textual messages posted to the app (post_message
-is thread-safe); a handler drains the queue first, so it never overtakes the stream.
+is thread-safe); a handler drains the queue first, so it never overtakes the stream. While a job
+runs, garbage collection is paced by the frames (quiet_gc), so no collector pause stalls the UI.
 """
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 import time
@@ -16,6 +18,8 @@ from typing import Any, Callable
 
 from textual.message import Message
 from textual.message_pump import MessagePump
+
+from luce_tui import quiet_gc
 
 
 class JobStarted(Message):
@@ -56,6 +60,7 @@ class Job:
         self._thread = threading.Thread(target=self._main, name=f"luce-{kind}", daemon=True)
 
     def start(self) -> None:
+        quiet_gc.job_started()     # collections paced by frames, not 100+ ms pauses mid-stream
         self._thread.start()
 
     def join(self, timeout: float | None = None) -> None:
@@ -77,6 +82,17 @@ class Job:
             self._target.post_message(JobFailed(self, e))
         else:
             self._target.post_message(JobFinished(self, result))
+        finally:
+            quiet_gc.job_ended()
+            self._target.call_later(self._settle_gc)   # call_later only posts a message: thread-safe
+
+    def _settle_gc(self) -> None:
+        """On the UI thread after the job: the collector's deferred full pass, at a quiet moment."""
+        def check() -> None:
+            if quiet_gc.settle():
+                timer.stop()
+
+        timer = self._target.set_interval(0.2, check)
 
     # -- called on the worker thread -----------------------------------------------------------
     def on_start(self, reused: int, prompt_tokens: int) -> None:
@@ -98,6 +114,10 @@ class Job:
 
     # -- called on the UI thread ---------------------------------------------------------------
     def drain(self) -> list[tuple]:
+        """Called by the UI timer once a frame."""
+        # the collection runs as a callback of its own, so that a key press waiting in the
+        # event loop is handled between it and this frame's update rather than after both
+        asyncio.get_running_loop().call_soon(quiet_gc.frame)
         out = []
         try:
             while True:

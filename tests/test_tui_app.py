@@ -251,11 +251,11 @@ async def test_highlight_toggle_shows_drafted_runs(engine):
         await type_and_send(pilot, app, "go")
         w = app.query_one(AssistantMessage)
         assert w.answer_spans == [("plain ", False), ("drafted run ", True), ("end", False)]
-        assert not w.highlight and w.query_one("#answer-md").display
+        assert not w.highlight and w.markdown.live.display and not w.provenance.live.display
         await pilot.press("f2")
         await pilot.pause()
-        assert w.highlight and w.query_one("#answer-prov").display and not w.query_one("#answer-md").display
-        content = w.query_one("#answer-prov").render()
+        assert w.highlight and w.provenance.live.display and not w.markdown.live.display
+        content = w.provenance.contents()[-1]
         drafted = [content.plain[s.start:s.end] for s in content.spans if "draft-highlight" in str(s.style)]
         assert drafted == ["drafted run "]
         assert app.last_result.acceptance == 0.5 and app.last_result.accept_length == 4 / 3

@@ -1,12 +1,13 @@
 """The chat's messages: the user's, the assistant's (streamed) and notices from the app.
 
 An assistant reply has two views of the same text:
-- Markdown (the default): one Markdown widget fed through Textual's MarkdownStream, which
-  batches appends when the model is faster than the renderer;
+- Markdown (the default): markdown_view.MarkdownView, drawn like Textual's Markdown widget;
 - provenance (/highlight, F2): the raw text with every run that came from an accepted draft
-  drawn in the theme's $draft-highlight colour. Markdown rendering cannot colour arbitrary
-  character runs, so highlighting is a view of its own; the runs are kept per reply (and in the
-  session store), so switching views and reloaded chats show them too.
+  drawn in the theme's $draft-highlight colour (span_view.SpanView). Markdown rendering cannot
+  colour arbitrary character runs, so highlighting is a view of its own; the runs are kept per
+  reply (and in the session store), so switching views and reloaded chats show them too.
+Only the view on screen is fed while streaming; the other catches up when it is shown. Both
+re-render only their open tail each frame (sealed.py), so a long reply streams as fast as a short one.
 A leading <think>…</think> block goes into a Collapsible, open while the model thinks and
 collapsed as soon as the answer starts.
 """
@@ -16,16 +17,12 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
-from textual.widgets import Collapsible, Markdown, Static
+from textual.widgets import Collapsible, Static
 
 from luce_engine.engine import add_span
 from luce_tui.thinking import ThinkSplitter
-
-Spans = list[tuple[str, bool]]
-
-
-def provenance_content(spans: Spans) -> Content:
-    return Content.assemble(*[(text, "$draft-highlight bold") if drafted else text for text, drafted in spans])
+from luce_tui.widgets.markdown_view import MarkdownView
+from luce_tui.widgets.span_view import Spans, SpanView
 
 
 class Notice(Static):
@@ -68,9 +65,7 @@ class AssistantMessage(Vertical):
     DEFAULT_CSS = """
     AssistantMessage { height: auto; margin: 0 1 1 1; padding: 0 1; }
     AssistantMessage Collapsible { margin: 0; padding: 0; border: none; background: transparent; }
-    AssistantMessage #think-text { color: $think-foreground; text-style: italic; padding: 0 0 0 2; }
-    AssistantMessage Markdown { margin: 0; padding: 0; background: transparent; }
-    AssistantMessage #answer-prov { padding: 0; }
+    AssistantMessage .think-text { color: $think-foreground; text-style: italic; padding: 0 0 0 2; }
     AssistantMessage #reply-footer { color: $text-muted; text-style: italic; }
     AssistantMessage.cancelled #reply-footer { color: $warning; }
     """
@@ -87,27 +82,28 @@ class AssistantMessage(Vertical):
         self.streaming = text is None
         self._initial = (spans if spans is not None else [(text, False)]) if text is not None else None
         self._footer = footer
-        self._stream = None
-        self._thought_done = False
+        self._thought_done = self._titled = False
+        self._answer_chars = 0
+        self.thoughts = SpanView(classes="think-text", mark_drafted=False, strip=True)
+        self.markdown = MarkdownView()
+        self.provenance = SpanView()
+        self._fed = {self.thoughts: 0, self.markdown: 0, self.provenance: 0}   # characters each view has
 
     def compose(self) -> ComposeResult:
         with Collapsible(title="Thinking…", collapsed=False, id="think"):
-            yield Static("", id="think-text", markup=False)
-        yield Markdown(id="answer-md")
-        yield Static("", id="answer-prov", markup=False)
+            yield self.thoughts.live
+        yield self.markdown.live
+        yield self.provenance.live
         yield Static(self._footer, id="reply-footer", markup=False)
 
-    async def on_mount(self) -> None:
+    def on_mount(self) -> None:
         self.query_one("#think").display = False
         self.query_one("#reply-footer").display = bool(self._footer)
         self._show_view()
         if self._initial is not None:
             self._feed(self._initial)
             self._feed_pieces(self.splitter.flush())
-            await self.query_one("#answer-md", Markdown).update(self.answer_text)
             self._refresh_views()
-        else:
-            self._stream = Markdown.get_stream(self.query_one("#answer-md", Markdown))
 
     # -- text ------------------------------------------------------------------------------------
     @property
@@ -119,38 +115,27 @@ class AssistantMessage(Vertical):
         """The whole reply as generated (reasoning included), i.e. what goes into the history."""
         return "".join(t for t, _ in self.all_spans)
 
-    def _feed(self, spans: Spans) -> str:
-        """Route spans to think/answer; returns the new answer text."""
-        new_answer = []
+    def _feed(self, spans: Spans) -> None:
+        """Route spans to think/answer."""
         for text, drafted in spans:
             add_span(self.all_spans, text, drafted)
-            new_answer.append(self._feed_pieces(self.splitter.feed(text, drafted)))
-        return "".join(new_answer)
+            self._feed_pieces(self.splitter.feed(text, drafted))
 
-    def _feed_pieces(self, pieces) -> str:
-        new_answer = []
+    def _feed_pieces(self, pieces) -> None:
         for channel, text, drafted in pieces:
             if channel == "think":
                 self.think += text
             else:
                 add_span(self.answer_spans, text, drafted)
-                new_answer.append(text)
-        return "".join(new_answer)
+                self._answer_chars += len(text)
 
     async def append(self, spans: Spans) -> None:
         """New streamed text (one frame's worth)."""
-        new_answer = self._feed(spans)
-        if new_answer and self._stream is not None:
-            await self._stream.write(new_answer)
+        self._feed(spans)
         self._refresh_views()
 
     async def finish(self, footer: str, *, cancelled: bool = False) -> None:
-        new_answer = self._feed_pieces(self.splitter.flush())
-        if self._stream is not None:
-            if new_answer:
-                await self._stream.write(new_answer)
-            await self._stream.stop()
-            self._stream = None
+        self._feed_pieces(self.splitter.flush())
         self.streaming = False
         self.set_class(cancelled, "cancelled")
         self._footer = footer
@@ -166,18 +151,44 @@ class AssistantMessage(Vertical):
         self._refresh_views()
 
     def _show_view(self) -> None:
-        self.query_one("#answer-md").display = not self.highlight
-        self.query_one("#answer-prov").display = self.highlight
+        self.markdown.show(not self.highlight)
+        self.provenance.show(self.highlight)
 
     def _refresh_views(self) -> None:
+        """Hand each shown view the text it has not seen yet."""
         if self.think:
             box = self.query_one("#think", Collapsible)
             box.display = True
-            self.query_one("#think-text", Static).update(self.think.strip())
+            if len(self.think) > self._fed[self.thoughts]:
+                self.thoughts.append([(self.think[self._fed[self.thoughts]:], False)])
+                self._fed[self.thoughts] = len(self.think)
             if self.answer_spans and not self._thought_done:
                 self._thought_done = True
                 box.collapsed = True
-            if self._thought_done or not self.streaming:
+            if (self._thought_done or not self.streaming) and not self._titled:
+                self._titled = True     # the thoughts are complete: count them once
                 box.title = f"Thoughts ({len(self.think.split()):,} words)"
-        if self.highlight:
-            self.query_one("#answer-prov", Static).update(provenance_content(self.answer_spans))
+        view = self.provenance if self.highlight else self.markdown
+        fed = self._fed[view]
+        if self._answer_chars > fed:
+            new = spans_after(self.answer_spans, self._answer_chars, fed)
+            if view is self.provenance:
+                self.provenance.append(new)
+            else:
+                self.markdown.append("".join(t for t, _ in new))
+            self._fed[view] = self._answer_chars
+
+
+def spans_after(spans: Spans, total: int, offset: int) -> Spans:
+    """The runs after character `offset` of runs that hold `total` characters (walks from the end,
+    so a frame's new text costs the same however long the reply is)."""
+    out: Spans = []
+    pos = total
+    for text, drafted in reversed(spans):
+        if pos <= offset:
+            break
+        start = pos - len(text)
+        out.append((text[max(offset - start, 0):], drafted))
+        pos = start
+    out.reverse()
+    return out

@@ -15,7 +15,7 @@ from textual.message import Message
 from textual.widgets import OptionList, TextArea
 from textual.widgets.option_list import Option
 
-from luce_tui import commands
+from luce_tui import commands, quiet_gc
 
 
 class CompletionMenu(OptionList):
@@ -137,6 +137,7 @@ class PromptInput(TextArea):
 
     # -- keys and paste ----------------------------------------------------------------------------
     async def _on_key(self, event: events.Key) -> None:
+        quiet_gc.key_pressed()   # the collector's full pass waits until typing stops
         key = event.key
         menu_open = self.menu is not None and self.menu.display
         handled = True
