@@ -1,0 +1,79 @@
+"""PFlash scorer: ranks the tokens of a long prompt by the attention its last tokens pay them.
+
+    >>> scorer = Scorer(Model("Qwen3-0.6B-BF16.gguf", device="cuda:0"))
+    >>> scores = scorer.score(attachment_ids + question_ids, n_tail=8)   # float32 [S]
+
+score[j] = mean over the n_tail tail queries of (max over layers and heads of the softmax
+attention row of that query), computed on the device without ever forming the [S, S] matrix
+(ALGORITHMS.md §4.3). The scorer owns its KV cache and scratch for the duration of a call — sized
+to that call's input, planned before anything is allocated, freed when the call returns — so it
+never disturbs an Engine, not even one on the same Model. Inputs longer than `sparse_threshold`
+tokens run the scorer's own forward with block-sparse attention (a sink + a local window per
+micro-batch, §4.7); the tail queries always see every key.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterable
+
+import numpy as np
+
+from luce_engine import _core
+from luce_engine.engine import ProgressFn
+from luce_engine.model import Model
+
+DEFAULTS = _core.scorer_defaults()
+
+
+class Scorer:
+    """A PFlash scorer on a loaded dense (llama / qwen3) Model.
+
+    n_batch: tokens per micro-batch (also the sparse query block); sparse_threshold: inputs longer
+    than this use block-sparse attention in the scorer's forward (<= 0: always dense);
+    sparse_sink / sparse_window: keys at the start / before its block that a sparse query sees.
+    """
+
+    def __init__(self, model: Model, *, n_batch: int = DEFAULTS["n_batch"],
+                 sparse_threshold: int = DEFAULTS["sparse_threshold"], sparse_sink: int = DEFAULTS["sparse_sink"],
+                 sparse_window: int = DEFAULTS["sparse_window"]):
+        self.model = model
+        self.n_batch, self.sparse_threshold = n_batch, sparse_threshold
+        self.sparse_sink, self.sparse_window = sparse_sink, sparse_window
+        self._core = _core.CoreScorer(model._core, n_batch, sparse_threshold, sparse_sink, sparse_window)
+        self._lock = threading.Lock()
+
+    @property
+    def tokenizer(self):
+        return self.model.tokenizer
+
+    def plan(self, n_tokens: int, *, n_tail: int = 8, check: bool = True) -> dict:
+        """Memory (bytes) a score() of n_tokens needs: kv_cache, compute, outputs (host), total,
+        device_free. Raises InsufficientMemoryError when it does not fit (unless check=False)."""
+        return self._core.plan(n_tokens, n_tail, check)
+
+    def score(self, tokens: Iterable[int], *, n_tail: int = 8, pre_rope: bool = True,
+              progress: ProgressFn | None = None) -> np.ndarray:
+        """float32 [len(tokens)] token scores; the last n_tail tokens are the queries.
+
+        pre_rope: compare queries and keys before RoPE (after the q/k norms), which removes RoPE's
+        decay with distance (ALGORITHMS.md §4.3). progress(done, total) is called per micro-batch
+        (return False to cancel); cancel() from another thread stops at the next graph boundary.
+        Both raise GenerationCancelled.
+        """
+        arr = np.asarray(list(tokens) if not isinstance(tokens, np.ndarray) else tokens, dtype=np.int32)
+        with self._lock:
+            self._core.clear_cancel()
+            return self._core.score(arr, n_tail, pre_rope, progress)
+
+    def cancel(self) -> None:
+        """Stop a running score() (any thread)."""
+        self._core.cancel()
+
+    def stats(self) -> dict:
+        """Of the last score(): times (forward_ms, tail_ms, total_ms), batches (dense/sparse),
+        attended_keys vs dense_keys, planned and allocated kv/compute bytes; graph counts."""
+        return self._core.stats()
+
+    def __repr__(self) -> str:
+        return f"Scorer({self.model.name!r}, sparse above {self.sparse_threshold} tokens)"
