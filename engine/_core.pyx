@@ -420,8 +420,10 @@ cdef class CoreDraft:
         return out
 
 
-cdef luce_scorer_params _scorer_params(int n_batch, int sparse_threshold, int sparse_sink, int sparse_window):
+cdef luce_scorer_params _scorer_params(int n_batch, int sparse_threshold, int sparse_sink, int sparse_window,
+                                       int n_layers):
     cdef luce_scorer_params p = luce_scorer_default_params()
+    p.n_layers = n_layers
     p.n_batch = n_batch
     p.sparse_threshold = sparse_threshold
     p.sparse_sink = sparse_sink
@@ -433,7 +435,7 @@ def scorer_defaults():
     """The native defaults of the scorer's parameters."""
     cdef luce_scorer_params p = luce_scorer_default_params()
     return {"n_batch": p.n_batch, "sparse_threshold": p.sparse_threshold, "sparse_sink": p.sparse_sink,
-            "sparse_window": p.sparse_window}
+            "sparse_window": p.sparse_window, "n_layers": p.n_layers}
 
 
 cdef class CoreScorer:
@@ -443,10 +445,10 @@ cdef class CoreScorer:
     cdef luce_scorer_params params
 
     def __cinit__(self, CoreModel model, int n_batch=512, int sparse_threshold=32768, int sparse_sink=256,
-                  int sparse_window=2048):
+                  int sparse_window=2048, int n_layers=0):
         cdef luce_status st
         self.model = model
-        self.params = _scorer_params(n_batch, sparse_threshold, sparse_sink, sparse_window)
+        self.params = _scorer_params(n_batch, sparse_threshold, sparse_sink, sparse_window, n_layers)
         with nogil:
             st = luce_scorer_create(model.ptr, self.params, &self.ptr)
         _check(st)
@@ -480,6 +482,33 @@ cdef class CoreScorer:
         ctx.errors = <PyObject *> errors
         with nogil:
             st = luce_scorer_score(self.ptr, &buf[0], n, n_tail, pre_rope, &view[0], cb, &ctx)
+        if errors:
+            raise errors[0]
+        _check(st)
+        return out
+
+    def score_questions(self, body, questions, int n_tail=8, bint pre_rope=True, progress=None):
+        cdef int32_t[::1] bbuf = np.ascontiguousarray(body, dtype=np.int32)
+        qs = [np.ascontiguousarray(q, dtype=np.int32) for q in questions]
+        if bbuf.shape[0] == 0 or not qs:
+            raise ValueError("scoring needs a body and at least one question")
+        cdef int32_t[::1] qbuf = np.ascontiguousarray(np.concatenate(qs), dtype=np.int32) if sum(len(q) for q in qs) else np.zeros(1, np.int32)
+        cdef int32_t[::1] lbuf = np.array([len(q) for q in qs], dtype=np.int32)
+        cdef int32_t n_body = bbuf.shape[0]
+        cdef int32_t n_q = len(qs)
+        out = np.empty((n_q, n_body), dtype=np.float32)
+        cdef float[:, ::1] view = out
+        cdef luce_status st
+        cdef _progress_ctx ctx
+        cdef luce_progress_cb cb = NULL
+        if progress is not None:
+            cb = _progress_trampoline
+        errors = []
+        ctx.callback = <PyObject *> progress
+        ctx.errors = <PyObject *> errors
+        with nogil:
+            st = luce_scorer_score_questions(self.ptr, &bbuf[0], n_body, &qbuf[0], &lbuf[0], n_q, n_tail, pre_rope,
+                                             &view[0, 0], cb, &ctx)
         if errors:
             raise errors[0]
         _check(st)

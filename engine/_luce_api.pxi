@@ -185,6 +185,7 @@ cdef extern from "luce.h" nogil:
         int32_t sparse_threshold
         int32_t sparse_sink
         int32_t sparse_window
+        int32_t n_layers
     luce_scorer_params luce_scorer_default_params()
     luce_status luce_scorer_plan(const luce_model * model, luce_scorer_params params, int32_t n_tokens, int32_t n_tail,
                                  luce_memory_plan * plan)
@@ -192,6 +193,10 @@ cdef extern from "luce.h" nogil:
     void luce_scorer_free(luce_scorer * scorer)
     luce_status luce_scorer_score(luce_scorer * scorer, const int32_t * tokens, int32_t n_tokens, int32_t n_tail,
                                   bint pre_rope, float * scores, luce_progress_cb progress, void * user_data)
+    luce_status luce_scorer_score_questions(luce_scorer * scorer, const int32_t * body, int32_t n_body,
+                                            const int32_t * questions, const int32_t * lens, int32_t n_questions,
+                                            int32_t n_tail, bint pre_rope, float * scores,
+                                            luce_progress_cb progress, void * user_data)
     void luce_scorer_cancel(luce_scorer * scorer)
     void luce_scorer_clear_cancel(luce_scorer * scorer)
     ctypedef struct luce_scorer_stats:

@@ -15,7 +15,7 @@ micro-batch, §4.7); the tail queries always see every key.
 from __future__ import annotations
 
 import threading
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -31,16 +31,20 @@ class Scorer:
 
     n_batch: tokens per micro-batch (also the sparse query block); sparse_threshold: inputs longer
     than this use block-sparse attention in the scorer's forward (<= 0: always dense);
-    sparse_sink / sparse_window: keys at the start / before its block that a sparse query sees.
+    sparse_sink / sparse_window: keys at the start / before its block that a sparse query sees;
+    n_layers: score with the model's first n_layers layers only (<= 0: all). The cost is
+    proportional to the layers run, and early-middle layers already locate retrieval targets
+    (GemFilter, Shi et al. 2024), so a truncated scorer trades little quality for speed.
     """
 
     def __init__(self, model: Model, *, n_batch: int = DEFAULTS["n_batch"],
                  sparse_threshold: int = DEFAULTS["sparse_threshold"], sparse_sink: int = DEFAULTS["sparse_sink"],
-                 sparse_window: int = DEFAULTS["sparse_window"]):
+                 sparse_window: int = DEFAULTS["sparse_window"], n_layers: int = DEFAULTS["n_layers"]):
         self.model = model
         self.n_batch, self.sparse_threshold = n_batch, sparse_threshold
         self.sparse_sink, self.sparse_window = sparse_sink, sparse_window
-        self._core = _core.CoreScorer(model._core, n_batch, sparse_threshold, sparse_sink, sparse_window)
+        self.n_layers = min(n_layers, model.n_layer) if n_layers > 0 else model.n_layer
+        self._core = _core.CoreScorer(model._core, n_batch, sparse_threshold, sparse_sink, sparse_window, n_layers)
         self._lock = threading.Lock()
 
     @property
@@ -65,6 +69,20 @@ class Scorer:
         with self._lock:
             self._core.clear_cancel()
             return self._core.score(arr, n_tail, pre_rope, progress)
+
+    def score_questions(self, body: Iterable[int], questions: Sequence[Sequence[int]], *, n_tail: int = 8,
+                        pre_rope: bool = True, progress: ProgressFn | None = None) -> np.ndarray:
+        """float32 [len(questions), len(body)]: the body scored for each question.
+
+        The body's forward runs once; each question (n_tail to max(n_batch, 256) tokens) is then
+        evaluated after it in turn and scores it with its last n_tail tokens — several questions
+        about one attachment for the price of one pass over it. Row i equals
+        score(body + questions[i], n_tail=n_tail)[:len(body)].
+        """
+        b = np.asarray(list(body) if not isinstance(body, np.ndarray) else body, dtype=np.int32)
+        with self._lock:
+            self._core.clear_cancel()
+            return self._core.score_questions(b, [list(q) for q in questions], n_tail, pre_rope, progress)
 
     def cancel(self) -> None:
         """Stop a running score() (any thread)."""

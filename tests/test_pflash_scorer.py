@@ -96,6 +96,26 @@ def test_sparse_cost_stays_far_below_dense(tmp_path_factory):
     assert st["n_sparse_batches"] >= 55
 
 
+@pytest.mark.parametrize("pre_rope", [True, False])
+def test_questions_share_one_body_pass(tiny, pre_rope):
+    model, reference = tiny
+    body = tokens(250, seed=9)
+    questions = [tokens(8, seed=10), tokens(20, seed=11), tokens(64, seed=12)]
+    scorer = Scorer(model, n_batch=64)
+    seen = []
+    got = scorer.score_questions(body, questions, n_tail=8, pre_rope=pre_rope,
+                                 progress=lambda done, total: seen.append(done))
+    assert got.shape == (3, 250) and seen[-1] == 250 + 8 + 20 + 64
+    assert scorer.stats()["n_dense_batches"] == 4   # the body once, not once per question
+    for row, q in zip(got, questions):
+        whole = np.concatenate([body, q])
+        assert rel_err(row, ref.scores(reference, whole, n_tail=8, pre_rope=pre_rope)[:250]) < TOL
+        single = scorer.score(whole, n_tail=8, pre_rope=pre_rope)[:250]
+        assert rel_err(row, single) < TOL
+    with pytest.raises(InvalidArgumentError, match="question 1"):
+        scorer.score_questions(body, [tokens(8), tokens(3)], n_tail=8)
+
+
 def test_progress_cancel_and_reuse(tiny):
     model, _ = tiny
     toks = tokens(300, seed=5)

@@ -324,6 +324,7 @@ typedef struct luce_scorer_params {
     int32_t sparse_threshold;   // inputs of more tokens use block-sparse attention; <= 0: always dense; default 32768
     int32_t sparse_sink;        // sparse: keys at the start that every query sees; default 256
     int32_t sparse_window;      // sparse: keys before its micro-batch that a query sees; default 2048
+    int32_t n_layers;           // score with the first n_layers layers only (cost ∝ layers); <= 0: all; default 0
 } luce_scorer_params;
 
 LUCE_API luce_scorer_params luce_scorer_default_params(void);
@@ -346,6 +347,14 @@ LUCE_API void        luce_scorer_free(luce_scorer * scorer);
 // boundary. The memory plan is checked first (LUCE_ERR_MEMORY if it does not fit).
 LUCE_API luce_status luce_scorer_score(luce_scorer * scorer, const int32_t * tokens, int32_t n_tokens, int32_t n_tail,
                                        bool pre_rope, float * scores, luce_progress_cb progress, void * user_data);
+// One body (e.g. an attachment), several questions: the body's forward runs once, then each
+// question in turn is evaluated after it (positions n_body.., replacing the previous question) and
+// scores the body with its last n_tail tokens. questions: the questions' tokens back to back,
+// lens[i] tokens each (n_tail <= lens[i] <= max(n_batch, 256)). scores: [n_questions][n_body].
+LUCE_API luce_status luce_scorer_score_questions(luce_scorer * scorer, const int32_t * body, int32_t n_body,
+                                                 const int32_t * questions, const int32_t * lens, int32_t n_questions,
+                                                 int32_t n_tail, bool pre_rope, float * scores,
+                                                 luce_progress_cb progress, void * user_data);
 // Any thread, any time: the running (or next) score call returns LUCE_ERR_CANCELLED.
 LUCE_API void luce_scorer_cancel(luce_scorer * scorer);
 LUCE_API void luce_scorer_clear_cancel(luce_scorer * scorer);

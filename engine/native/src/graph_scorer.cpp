@@ -12,8 +12,8 @@
 // so a batch costs O(sink + window + batch) keys instead of O(q1). The tail graph always attends
 // (and scores) every key, so the tail queries' view of the prompt is never sparse.
 //
-// Tail graph: the last n_tail tokens through the model; at each layer their queries are scored
-// against all S cached keys — softmax(Q·Kᵀ/√d) with a causal mask among the tail rows, GQA by
+// Tail graph: a question (the prompt's last tokens) through the model after the cached body; at
+// each layer the queries of its last n_tail tokens are scored against all S keys — softmax(Q·Kᵀ/√d) with a causal mask among the tail rows, GQA by
 // ggml_mul_mat's broadcast (query head h reads KV head h / (Hq/Hkv)) — and reduced by max over
 // heads into a running max over layers, M [S, n_tail], the graph's only output.
 #include "scorer.h"
@@ -114,9 +114,9 @@ std::unique_ptr<ScorerGraph> build_scorer_body(const Model & m, const ScorerCach
     auto g = new_scorer_graph(m, shape);
     ggml_context * ctx = g->ctx;
     ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, g->tokens);
-    for (int il = 0; il < hp.n_layer; ++il) {
+    for (int il = 0; il < c.n_layers; ++il) {
         const LayerWeights & L = m.layers[size_t(il)];
-        const bool last = il == hp.n_layer - 1;
+        const bool last = il == c.n_layers - 1;
         ggml_tensor * h = rms_norm_w(ctx, x, L.attn_norm, hp.rms_eps);
         LayerQKV r = layer_qkv(ctx, g->gf, m, c, *g, il, h, /*need_q=*/!last);
         if (last) break;   // only the last layer's K/V are needed from here on
@@ -156,10 +156,10 @@ static ggml_tensor * unrope(ggml_context * ctx, const Model & m, ggml_tensor * k
                               /*beta_slow=*/1.0f);
 }
 
-std::unique_ptr<ScorerGraph> build_scorer_tail(const Model & m, const ScorerCache & c, int n_tail, int n_keys,
-                                               int n_kv_pad, bool pre_rope) {
+std::unique_ptr<ScorerGraph> build_scorer_tail(const Model & m, const ScorerCache & c, int n_question, int n_tail,
+                                               int n_keys, int n_kv_pad, bool pre_rope) {
     const HParams & hp = m.hp;
-    auto g = new_scorer_graph(m, {n_tail, n_kv_pad, false});
+    auto g = new_scorer_graph(m, {n_question, n_kv_pad, false});
     ggml_context * ctx = g->ctx;
     const int64_t D = hp.head_dim, Hkv = hp.n_head_kv, S = n_keys;
     g->n_keys = n_keys;
@@ -172,17 +172,17 @@ std::unique_ptr<ScorerGraph> build_scorer_tail(const Model & m, const ScorerCach
 
     ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, g->tokens);
     ggml_tensor * best = nullptr;   // [S, n_tail, 1]
-    for (int il = 0; il < hp.n_layer; ++il) {
+    for (int il = 0; il < c.n_layers; ++il) {
         const LayerWeights & L = m.layers[size_t(il)];
         ggml_tensor * h = rms_norm_w(ctx, x, L.attn_norm, hp.rms_eps);
         LayerQKV r = layer_qkv(ctx, g->gf, m, c, *g, il, h, true);
 
         ggml_tensor * keys = ggml_view_3d(ctx, r.k_written, D, Hkv, S, ggml_row_size(r.k_written->type, D),
                                           ggml_row_size(r.k_written->type, D * Hkv), 0);
-        ggml_tensor * q = r.q;
-        if (pre_rope) {
-            keys = unrope(ctx, m, keys, g->key_pos);
-            q = r.q_pre;
+        ggml_tensor * q = pre_rope ? r.q_pre : r.q;
+        if (pre_rope) keys = unrope(ctx, m, keys, g->key_pos);
+        if (n_tail < n_question) {   // the queries are the question's last n_tail tokens
+            q = ggml_view_3d(ctx, q, q->ne[0], q->ne[1], n_tail, q->nb[1], q->nb[2], size_t(n_question - n_tail) * q->nb[2]);
         }
         // [S, n_tail, Hq] = K [D, S, Hkv] · Q [D, n_tail, Hq], broadcast over the query heads
         ggml_tensor * kq = ggml_mul_mat(ctx, ggml_permute(ctx, keys, 0, 2, 1, 3), ggml_permute(ctx, q, 0, 2, 1, 3));
@@ -191,7 +191,7 @@ std::unique_ptr<ScorerGraph> build_scorer_tail(const Model & m, const ScorerCach
         ggml_tensor * layer_max = max_over_heads(ctx, p);
         best = best ? maximum(ctx, best, layer_max) : layer_max;
 
-        if (il == hp.n_layer - 1) break;   // the scores are all the last layer contributes
+        if (il == c.n_layers - 1) break;   // the scores are all the last layer contributes
         x = finish_layer(ctx, L, hp, x, attention(ctx, m, *g, r));
     }
     g->tail_max = ggml_cont(ctx, ggml_reshape_2d(ctx, best, S, n_tail));

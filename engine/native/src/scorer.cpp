@@ -21,18 +21,19 @@ static int round_up(int x, int to) { return (x + to - 1) / to * to; }
 
 // ---- cache ------------------------------------------------------------------------------------
 
-uint64_t ScorerCache::bytes(const HParams & hp, int n_ctx) {
-    return uint64_t(hp.n_layer) * 2 * uint64_t(n_ctx) * ggml_row_size(GGML_TYPE_F16, int64_t(hp.head_dim) * hp.n_head_kv);
+uint64_t ScorerCache::bytes(const HParams & hp, int n_layers, int n_ctx) {
+    return uint64_t(n_layers) * 2 * uint64_t(n_ctx) * ggml_row_size(GGML_TYPE_F16, int64_t(hp.head_dim) * hp.n_head_kv);
 }
 
-void ScorerCache::allocate(const Model & m, int n) {
+void ScorerCache::allocate(const Model & m, int layers, int n) {
     const HParams & hp = m.hp;
     n_ctx = n;
-    ggml_init_params ip = {ggml_tensor_overhead() * size_t(2 * hp.n_layer + 2), nullptr, true};
+    n_layers = layers;
+    ggml_init_params ip = {ggml_tensor_overhead() * size_t(2 * n_layers + 2), nullptr, true};
     ctx = ggml_init(ip);
     if (!ctx) throw Error(LUCE_ERR_MEMORY, "cannot create the scorer's cache context");
     const int64_t row = int64_t(hp.head_dim) * hp.n_head_kv;
-    for (int il = 0; il < hp.n_layer; ++il) {
+    for (int il = 0; il < n_layers; ++il) {
         k.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F16, row, n_ctx));
         v.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F16, row, n_ctx));
         ggml_format_name(k.back(), "scorer_k_l%d", il);
@@ -40,7 +41,7 @@ void ScorerCache::allocate(const Model & m, int n) {
     }
     buffer = ggml_backend_alloc_ctx_tensors_from_buft(ctx, ggml_backend_dev_buffer_type(m.dev));
     if (!buffer) {
-        throw Error(LUCE_ERR_MEMORY, "cannot allocate " + format_bytes(bytes(hp, n_ctx)) + " for the scorer's KV cache on " +
+        throw Error(LUCE_ERR_MEMORY, "cannot allocate " + format_bytes(bytes(hp, n_layers, n_ctx)) + " for the scorer's KV cache on " +
                                          m.device_name);
     }
     // Cells past the written ones are attended under a -inf mask; on GPUs a masked cell still
@@ -60,6 +61,10 @@ luce_scorer_params normalized_scorer_params(luce_scorer_params p) {
     p.sparse_sink = std::max(p.sparse_sink, 0);
     p.sparse_window = std::max(p.sparse_window, 0);
     return p;
+}
+
+int scorer_layers(const HParams & hp, const luce_scorer_params & p) {
+    return p.n_layers > 0 ? std::min(p.n_layers, hp.n_layer) : hp.n_layer;
 }
 
 // Scratch estimates: the live activations of one layer (ggml-alloc reuses the memory of tensors
@@ -84,11 +89,11 @@ static uint64_t body_scratch(const HParams & hp, const luce_scorer_params & p, i
     return bytes;
 }
 
-static uint64_t tail_scratch(const Model & m, int n_total, int n_tail) {
+static uint64_t tail_scratch(const Model & m, int n_total, int n_question, int n_tail) {
     const HParams & hp = m.hp;
     const uint64_t S = uint64_t(n_total), nt = uint64_t(n_tail), Hq = uint64_t(hp.n_head);
     const uint64_t KVD = uint64_t(hp.n_head_kv) * hp.head_dim;
-    uint64_t bytes = layer_activations(hp, nt) + uint64_t(round_up(n_total, kPad)) * nt * 2;
+    uint64_t bytes = layer_activations(hp, uint64_t(n_question)) + uint64_t(round_up(n_total, kPad)) * uint64_t(n_question) * 2;
     bytes += S * KVD * 2;                 // the un-rotated keys of one layer (pre-RoPE)
     bytes += 3 * S * nt * Hq * 4;         // scores, their softmax, the first halving over heads
     bytes += 3 * S * nt * 4 + S * nt * 2 + S * 4;   // running max (and its update), mask, key positions
@@ -97,18 +102,19 @@ static uint64_t tail_scratch(const Model & m, int n_total, int n_tail) {
     return bytes;
 }
 
-luce_memory_plan plan_scorer(const Model & m, const luce_scorer_params & params, int n_tokens, int n_tail) {
+luce_memory_plan plan_scorer(const Model & m, const luce_scorer_params & params, int n_tokens, int n_tail, int n_question) {
     const luce_scorer_params p = normalized_scorer_params(params);
     const HParams & hp = m.hp;
     const int n = std::max(n_tokens, 1);
     n_tail = std::clamp(n_tail, 1, n);
+    n_question = std::clamp(std::max(n_question, n_tail), n_tail, n);
     luce_memory_plan plan{};
     plan.n_ctx = round_up(n, kPad);
     plan.weights = m.weight_bytes;
-    plan.kv_cache = ScorerCache::bytes(hp, plan.n_ctx);
-    plan.compute = std::max(body_scratch(hp, p, n, n - n_tail), tail_scratch(m, n, n_tail));
+    plan.kv_cache = ScorerCache::bytes(hp, scorer_layers(hp, p), plan.n_ctx);
+    plan.compute = std::max(body_scratch(hp, p, n, n - n_question), tail_scratch(m, n, n_question, n_tail));
     // host: the scores, the downloaded [n_tail, S] maxima, mask staging
-    const uint64_t staging = std::max<uint64_t>(uint64_t(plan.n_ctx) * uint64_t(std::max(p.n_batch, n_tail)),
+    const uint64_t staging = std::max<uint64_t>(uint64_t(plan.n_ctx) * uint64_t(std::max(p.n_batch, n_question)),
                                                 uint64_t(n) * uint64_t(n_tail)) * 2;
     plan.outputs = uint64_t(n) * 4 * (1 + uint64_t(n_tail)) + staging;
     plan.total = plan.weights + plan.kv_cache + plan.compute + plan.outputs;
@@ -239,28 +245,29 @@ void Scorer::eval_body(const ScorerCache & c, const int32_t * toks, int q0, int 
     (keys.sparse ? stats_.n_sparse_batches : stats_.n_dense_batches)++;
 }
 
-void Scorer::eval_tail(const ScorerCache & c, const int32_t * toks, int n_tail, int n_total, bool pre_rope, float * out) {
+void Scorer::eval_tail(const ScorerCache & c, const Question & q, int n_body, int n_tail, bool pre_rope,
+                       std::vector<float> & out) {
     graph_.reset();   // the body graph's allocation is about to be replaced
-    const int S = n_total, n_kv = round_up(S, kPad), first = S - n_tail;
+    const int nq = q.n, S = n_body + nq, n_kv = round_up(S, kPad), first = S - n_tail;
     std::unique_ptr<ScorerGraph> tail;
-    use_graph(tail, build_scorer_tail(m_, c, n_tail, S, n_kv, pre_rope));
+    use_graph(tail, build_scorer_tail(m_, c, nq, n_tail, S, n_kv, pre_rope));
     measure_compute();
     ScorerGraph & g = *tail;
 
     std::vector<int32_t> pos(static_cast<size_t>(S));
     std::iota(pos.begin(), pos.end(), 0);
-    std::vector<int64_t> rows(static_cast<size_t>(n_tail));
-    std::iota(rows.begin(), rows.end(), int64_t(first));
-    ggml_backend_tensor_set(g.tokens, toks, 0, size_t(n_tail) * sizeof(int32_t));
-    ggml_backend_tensor_set(g.pos, pos.data() + first, 0, size_t(n_tail) * sizeof(int32_t));
+    std::vector<int64_t> rows(static_cast<size_t>(nq));
+    std::iota(rows.begin(), rows.end(), int64_t(n_body));
+    ggml_backend_tensor_set(g.tokens, q.tokens, 0, size_t(nq) * sizeof(int32_t));
+    ggml_backend_tensor_set(g.pos, pos.data() + n_body, 0, size_t(nq) * sizeof(int32_t));
     ggml_backend_tensor_set(g.kv_idx, rows.data(), 0, rows.size() * sizeof(int64_t));
     if (g.key_pos) ggml_backend_tensor_set(g.key_pos, pos.data(), 0, size_t(S) * sizeof(int32_t));
 
-    // Tail row t (position first + t) sees keys 0..first+t: in its own attention (padded to n_kv
-    // cells) and in the scores (exactly S keys).
+    // Question token i (position n_body + i) sees keys 0..n_body+i in its own attention (padded to
+    // n_kv cells); tail row t (position first + t) sees keys 0..first+t in the scores (exactly S).
     const uint16_t zero = ggml_fp32_to_fp16(0.0f), neg_inf = ggml_fp32_to_fp16(-INFINITY);
-    mask_buf_.assign(size_t(n_kv) * size_t(n_tail), neg_inf);
-    for (int t = 0; t < n_tail; ++t) std::fill_n(mask_buf_.data() + size_t(t) * n_kv, first + t + 1, zero);
+    mask_buf_.assign(size_t(n_kv) * size_t(nq), neg_inf);
+    for (int i = 0; i < nq; ++i) std::fill_n(mask_buf_.data() + size_t(i) * n_kv, n_body + i + 1, zero);
     ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
     mask_buf_.assign(size_t(S) * size_t(n_tail), neg_inf);
     for (int t = 0; t < n_tail; ++t) std::fill_n(mask_buf_.data() + size_t(t) * S, first + t + 1, zero);
@@ -273,41 +280,44 @@ void Scorer::eval_tail(const ScorerCache & c, const int32_t * toks, int n_tail, 
     // s[j] = mean over the tail rows of M[t, j]
     std::vector<float> m(size_t(S) * size_t(n_tail));
     ggml_backend_tensor_get(g.tail_max, m.data(), 0, m.size() * sizeof(float));
+    out.assign(size_t(S), 0.0f);
     for (int j = 0; j < S; ++j) {
         double acc = 0.0;
         for (int t = 0; t < n_tail; ++t) acc += m[size_t(t) * S + size_t(j)];
-        out[j] = float(acc / n_tail);
-    }
-    for (int j = 0; j < S; ++j) {
-        if (!std::isfinite(out[j])) {
+        out[size_t(j)] = float(acc / n_tail);
+        if (!std::isfinite(out[size_t(j)])) {
             throw Error(LUCE_ERR_COMPUTE, "the scorer produced non-finite scores (NaN/Inf) at token " + std::to_string(j) +
                                               "; its weights may be unsuitable");
         }
     }
 }
 
-void Scorer::score(const int32_t * toks, int32_t n, int32_t n_tail, bool pre_rope, float * out, luce_progress_cb cb,
-                   void * ud) {
-    if (n <= 0 || !toks || !out) throw Error(LUCE_ERR_INVALID_ARG, "scoring needs at least one token");
-    if (n_tail < 1 || n_tail > std::min<int32_t>(n, kMaxTail)) {
-        throw Error(LUCE_ERR_INVALID_ARG, "n_tail must be in 1.." + std::to_string(std::min<int32_t>(n, kMaxTail)) +
-                                              " for " + std::to_string(n) + " tokens, not " + std::to_string(n_tail));
-    }
+void Scorer::check_tokens(const int32_t * toks, int n, const char * what) const {
     for (int32_t i = 0; i < n; ++i) {
         if (toks[i] < 0 || toks[i] >= m_.hp.n_vocab) {
-            throw Error(LUCE_ERR_INVALID_ARG, "token id " + std::to_string(toks[i]) + " at index " + std::to_string(i) +
-                                                  " is outside the scorer's vocabulary (" + std::to_string(m_.hp.n_vocab) + ")");
+            throw Error(LUCE_ERR_INVALID_ARG, "token id " + std::to_string(toks[i]) + " at index " + std::to_string(i) + " of the " +
+                                                  what + " is outside the scorer's vocabulary (" + std::to_string(m_.hp.n_vocab) + ")");
         }
     }
+}
+
+template <typename Sink>
+void Scorer::run_call(const int32_t * body, int n_body, const std::vector<Question> & questions, int n_tail, bool pre_rope,
+                      Sink && sink, luce_progress_cb cb, void * ud) {
     const auto t0 = clock_type::now();
-    const luce_memory_plan plan = plan_scorer(m_, params_, n, n_tail);
-    check_scorer_plan(m_, plan, n);
+    int max_q = 0, total = n_body;
+    for (const Question & q : questions) {
+        max_q = std::max(max_q, q.n);
+        total += q.n;
+    }
+    const luce_memory_plan plan = plan_scorer(m_, params_, n_body + max_q, n_tail, max_q);
+    check_scorer_plan(m_, plan, n_body + max_q);
 
     const int64_t builds = stats_.n_graph_builds, reuses = stats_.n_graph_reuses;
     stats_ = {};
     stats_.n_graph_builds = builds;
     stats_.n_graph_reuses = reuses;
-    stats_.n_tokens = n;
+    stats_.n_tokens = n_body + max_q;
     stats_.n_tail = n_tail;
     stats_.planned_kv_bytes = plan.kv_cache;
     stats_.planned_compute_bytes = plan.compute;
@@ -329,24 +339,68 @@ void Scorer::score(const int32_t * toks, int32_t n, int32_t n_tail, bool pre_rop
     } release{*this};
 
     ScorerCache cache;
-    cache.allocate(m_, plan.n_ctx);
+    cache.allocate(m_, scorer_layers(m_.hp, params_), plan.n_ctx);
     stats_.kv_bytes = ggml_backend_buffer_get_size(cache.buffer);
 
-    const int n_body = n - n_tail;
     const auto t_fwd = clock_type::now();
     for (int q0 = 0; q0 < n_body; q0 += params_.n_batch) {
         check_cancel();
         const int q1 = std::min(q0 + params_.n_batch, n_body);
-        eval_body(cache, toks + q0, q0, q1, n);
-        if (cb && !cb(q1, n, ud)) throw Error(LUCE_ERR_CANCELLED, "cancelled by the progress callback");
+        eval_body(cache, body + q0, q0, q1, n_body + max_q);
+        if (cb && !cb(q1, total, ud)) throw Error(LUCE_ERR_CANCELLED, "cancelled by the progress callback");
     }
     stats_.forward_ms = ms_since(t_fwd);
-    check_cancel();
     const auto t_tail = clock_type::now();
-    eval_tail(cache, toks + n_body, n_tail, n, pre_rope, out);
+    std::vector<float> scores;
+    int done = n_body;
+    for (size_t i = 0; i < questions.size(); ++i) {
+        check_cancel();
+        eval_tail(cache, questions[i], n_body, n_tail, pre_rope, scores);
+        sink(i, scores);
+        done += questions[i].n;
+        if (cb && !cb(done, total, ud)) throw Error(LUCE_ERR_CANCELLED, "cancelled by the progress callback");
+    }
     stats_.tail_ms = ms_since(t_tail);
     stats_.total_ms = ms_since(t0);
-    if (cb && !cb(n, n, ud)) throw Error(LUCE_ERR_CANCELLED, "cancelled by the progress callback");
+}
+
+void Scorer::score(const int32_t * toks, int32_t n, int32_t n_tail, bool pre_rope, float * out, luce_progress_cb cb,
+                   void * ud) {
+    if (n <= 0 || !toks || !out) throw Error(LUCE_ERR_INVALID_ARG, "scoring needs at least one token");
+    if (n_tail < 1 || n_tail > std::min<int32_t>(n, kMaxTail)) {
+        throw Error(LUCE_ERR_INVALID_ARG, "n_tail must be in 1.." + std::to_string(std::min<int32_t>(n, kMaxTail)) +
+                                              " for " + std::to_string(n) + " tokens, not " + std::to_string(n_tail));
+    }
+    check_tokens(toks, n, "input");
+    // The question is the tail itself: the rest of the prompt is the body.
+    const int n_body = n - n_tail;
+    run_call(toks, n_body, {{toks + n_body, n_tail}}, n_tail, pre_rope,
+             [&](size_t, const std::vector<float> & s) { std::copy(s.begin(), s.end(), out); }, cb, ud);
+}
+
+void Scorer::score_questions(const int32_t * body, int32_t n_body, const int32_t * questions, const int32_t * lens,
+                             int32_t n_questions, int32_t n_tail, bool pre_rope, float * out, luce_progress_cb cb,
+                             void * ud) {
+    if (n_body <= 0 || !body || !out) throw Error(LUCE_ERR_INVALID_ARG, "scoring needs a body of at least one token");
+    if (n_questions <= 0 || !questions || !lens) throw Error(LUCE_ERR_INVALID_ARG, "scoring needs at least one question");
+    if (n_tail < 1 || n_tail > kMaxTail) {
+        throw Error(LUCE_ERR_INVALID_ARG, "n_tail must be in 1.." + std::to_string(kMaxTail) + ", not " + std::to_string(n_tail));
+    }
+    check_tokens(body, n_body, "body");
+    std::vector<Question> qs;
+    const int32_t max_len = std::max(params_.n_batch, kMaxTail);
+    for (int32_t i = 0, at = 0; i < n_questions; at += lens[i], ++i) {
+        if (lens[i] < n_tail || lens[i] > max_len) {
+            throw Error(LUCE_ERR_INVALID_ARG, "question " + std::to_string(i) + " has " + std::to_string(lens[i]) +
+                                                  " tokens; a question needs n_tail (" + std::to_string(n_tail) + ") to " +
+                                                  std::to_string(max_len) + " tokens");
+        }
+        check_tokens(questions + at, lens[i], "questions");
+        qs.push_back({questions + at, lens[i]});
+    }
+    run_call(body, n_body, qs, n_tail, pre_rope,
+             [&](size_t i, const std::vector<float> & s) { std::copy_n(s.begin(), n_body, out + i * size_t(n_body)); },
+             cb, ud);
 }
 
 } // namespace luce

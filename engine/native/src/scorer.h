@@ -19,15 +19,16 @@
 
 namespace luce {
 
-// K and V of every layer for one call, [head_dim·n_head_kv, n_ctx] at f16.
+// K and V of every scored layer for one call, [head_dim·n_head_kv, n_ctx] at f16.
 struct ScorerCache {
     int n_ctx = 0;
+    int n_layers = 0;   // the first n_layers layers of the model
     std::vector<ggml_tensor *> k, v;
     ggml_context * ctx = nullptr;
     ggml_backend_buffer_t buffer = nullptr;
 
-    static uint64_t bytes(const HParams & hp, int n_ctx);
-    void allocate(const Model & m, int n_ctx);   // throws LUCE_ERR_MEMORY
+    static uint64_t bytes(const HParams & hp, int n_layers, int n_ctx);
+    void allocate(const Model & m, int n_layers, int n_ctx);   // throws LUCE_ERR_MEMORY
     ScorerCache() = default;
     ScorerCache(const ScorerCache &) = delete;
     ScorerCache & operator=(const ScorerCache &) = delete;
@@ -67,9 +68,10 @@ struct ScorerGraph {
 
 size_t scorer_graph_nodes(const Model & m);
 std::unique_ptr<ScorerGraph> build_scorer_body(const Model & m, const ScorerCache & c, ScorerShape shape);
-// n_tail tail tokens after n_keys - n_tail cached ones; their own attention reads n_kv_pad cells.
-std::unique_ptr<ScorerGraph> build_scorer_tail(const Model & m, const ScorerCache & c, int n_tail, int n_keys,
-                                               int n_kv_pad, bool pre_rope);
+// n_question tokens after n_keys - n_question cached ones, scored by the queries of the last
+// n_tail of them; their own attention reads n_kv_pad cells.
+std::unique_ptr<ScorerGraph> build_scorer_tail(const Model & m, const ScorerCache & c, int n_question, int n_tail,
+                                               int n_keys, int n_kv_pad, bool pre_rope);
 
 // Which keys a body micro-batch [q0, q1) attends (graph_scorer.cpp documents the rule).
 struct ScorerKeys {
@@ -81,7 +83,9 @@ struct ScorerKeys {
 ScorerKeys scorer_keys(const luce_scorer_params & p, int n_total, int q0, int q1);
 
 luce_scorer_params normalized_scorer_params(luce_scorer_params p);
-luce_memory_plan plan_scorer(const Model & m, const luce_scorer_params & p, int n_tokens, int n_tail);
+int scorer_layers(const HParams & hp, const luce_scorer_params & p);   // layers a call runs
+// n_tokens = body + the longest question; n_question: that question's length (default n_tail)
+luce_memory_plan plan_scorer(const Model & m, const luce_scorer_params & p, int n_tokens, int n_tail, int n_question = 0);
 // Throws LUCE_ERR_MEMORY, saying what to change, when the plan does not fit the device.
 void check_scorer_plan(const Model & m, const luce_memory_plan & plan, int n_tokens);
 
@@ -89,8 +93,12 @@ class Scorer {
 public:
     Scorer(Model & model, const luce_scorer_params & params);   // throws
     ~Scorer();
+    // Single prompt: the last n_tail tokens are the question; out[n] scores every token.
     void score(const int32_t * tokens, int32_t n, int32_t n_tail, bool pre_rope, float * out, luce_progress_cb cb,
                void * ud);
+    // One body, several questions after it in turn: out[q][n_body] scores the body for question q.
+    void score_questions(const int32_t * body, int32_t n_body, const int32_t * questions, const int32_t * lens,
+                         int32_t n_questions, int32_t n_tail, bool pre_rope, float * out, luce_progress_cb cb, void * ud);
     void cancel() { cancel_.store(true); }
     void clear_cancel() { cancel_.store(false); }
     luce_scorer_stats stats() const { return stats_; }
@@ -100,7 +108,13 @@ private:
     void run(ScorerGraph & g);                     // computes a graph already allocated
     void use_graph(std::unique_ptr<ScorerGraph> & slot, std::unique_ptr<ScorerGraph> fresh);
     void eval_body(const ScorerCache & c, const int32_t * toks, int q0, int q1, int n_total);
-    void eval_tail(const ScorerCache & c, const int32_t * toks, int n_tail, int n_total, bool pre_rope, float * out);
+    struct Question { const int32_t * tokens; int n; };
+    // the body's forward once, then each question; sink(q, scores[S], S) receives question q's scores
+    template <typename Sink>
+    void run_call(const int32_t * body, int n_body, const std::vector<Question> & questions, int n_tail, bool pre_rope,
+                  Sink && sink, luce_progress_cb cb, void * ud);
+    void eval_tail(const ScorerCache & c, const Question & q, int n_body, int n_tail, bool pre_rope, std::vector<float> & out);
+    void check_tokens(const int32_t * toks, int n, const char * what) const;
     void measure_compute();
 
     Model & m_;

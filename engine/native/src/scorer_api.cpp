@@ -15,6 +15,7 @@ luce_scorer_params luce_scorer_default_params(void) {
     p.sparse_threshold = 32768;
     p.sparse_sink = 256;      // FlashPrefill's 2 sink blocks of 128
     p.sparse_window = 2048;
+    p.n_layers = 0;
     return p;
 }
 
@@ -50,6 +51,15 @@ luce_status luce_scorer_score(luce_scorer * s, const int32_t * tokens, int32_t n
     return guarded([&] {
         REQUIRE(s && tokens && scores, "scorer, tokens and scores are required");
         s->impl->score(tokens, n_tokens, n_tail, pre_rope, scores, progress, user_data);
+    });
+}
+
+luce_status luce_scorer_score_questions(luce_scorer * s, const int32_t * body, int32_t n_body, const int32_t * questions,
+                                        const int32_t * lens, int32_t n_questions, int32_t n_tail, bool pre_rope,
+                                        float * scores, luce_progress_cb progress, void * user_data) {
+    return guarded([&] {
+        REQUIRE(s && body && questions && lens && scores, "scorer, body, questions, lens and scores are required");
+        s->impl->score_questions(body, n_body, questions, lens, n_questions, n_tail, pre_rope, scores, progress, user_data);
     });
 }
 
