@@ -33,6 +33,13 @@ def _positive(value: str) -> int:
     return n
 
 
+def _ratio(value: str) -> float:
+    r = float(value)
+    if not 0.0 < r <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a ratio in (0, 1], got {value}")
+    return r
+
+
 def _non_negative(value: str) -> int:
     n = int(value)
     if n < 0:
@@ -64,7 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--spec", choices=("off", "chain"),
                        help="speculative decoding with --draft: chain (default) or off")
     model.add_argument("--prefill-drafter", metavar="PATH",
-                       help="PFlash scorer model for long prompts (not in this build yet)")
+                       help="PFlash scorer GGUF (a small llama/qwen3 model, e.g. Qwen3-0.6B): long attachments are "
+                            "compressed to the parts it ranks relevant to the question before the target prefills them")
+    model.add_argument("--prefill-compression", choices=("off", "auto", "always"),
+                       help="with --prefill-drafter: compress attachments above --prefill-threshold (auto, the "
+                            "default), always, or never (off)")
+    model.add_argument("--prefill-threshold", type=_non_negative, metavar="N",
+                       help=f"auto compression: a message's attachments of more than N tokens "
+                            f"(default: {config.DEFAULT_PREFILL_THRESHOLD})")
+    model.add_argument("--prefill-keep-ratio", type=_ratio, metavar="R",
+                       help=f"share of an attachment's 32-token chunks kept (default: {config.DEFAULT_KEEP_RATIO})")
     # The engine validates the device and lists the available ones in its error message.
     model.add_argument("--device", help="auto, cpu or cuda:N (default: auto)")
     model.add_argument("--max-ctx", type=_positive, metavar="N",
@@ -123,6 +139,9 @@ def load(settings: config.EngineSettings, *, verbose: bool = False):
 
         engine.speculator = ChainSpeculator(engine, draft, max_draft=settings.draft_max)
         engine.draft = draft
+    engine.compressor = _compressor(settings, model)
+    if verbose and engine.compressor is not None:
+        print(f"luce-chat: prefill compression: {engine.compressor.describe()}", file=sys.stderr)
     if verbose and draft is not None:
         print(f"luce-chat: draft {os.path.basename(settings.draft)} ({draft.dialect} dialect, block {draft.block_size}, "
               f"features of target layers {list(draft.capture_layers)})", file=sys.stderr)
@@ -131,6 +150,19 @@ def load(settings: config.EngineSettings, *, verbose: bool = False):
               f"n_ctx {engine.n_ctx}, KV {engine.cache_type_k}/{engine.cache_type_v}, "
               f"loaded in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
     return model, engine
+
+
+def _compressor(settings: config.EngineSettings, model):
+    """The PFlash scorer for long attachments (--prefill-drafter), on the target's device."""
+    if not settings.prefill_drafter or settings.prefill_compression == "off":
+        return None
+    from luce_engine import Model, Scorer
+    from luce_engine.prefill_compression import AttachmentCompressor
+
+    scorer = Scorer(Model(settings.prefill_drafter, device=settings.device, n_threads=settings.threads))
+    scorer.tokenizer   # built now, so its errors surface at start-up
+    return AttachmentCompressor(scorer, model.tokenizer, mode=settings.prefill_compression,
+                                threshold=settings.prefill_threshold, keep_ratio=settings.prefill_keep_ratio)
 
 
 def _n_ctx(settings: config.EngineSettings, model) -> int:
@@ -202,6 +234,8 @@ def run_once(engine, question: str, sampling, args) -> int:
 
     result = conv.reply(question, sampling=sampling, max_tokens=args.max_tokens, on_text=write, on_progress=progress)
     progress.clear()
+    if result.compression and (args.stats or args.verbose):
+        print(f"luce-chat: {result.compression}", file=sys.stderr)
     out.write("\n")
     out.flush()
     if args.stats or args.verbose:
@@ -211,14 +245,11 @@ def run_once(engine, question: str, sampling, args) -> int:
     return EXIT_INTERRUPTED if result.finish_reason == "cancelled" else 0
 
 
-SPECULATIVE_NOTE = ("prompt compression (PFlash) is not available in this build yet: {flags} accepted but not used "
-                    "(long prompts are prefilled in full)")
-
-
 def speculative_note(args) -> str | None:
-    """What to tell the user when a feature this build lacks was configured (never faked)."""
-    given = [flag for flag, value in (("--prefill-drafter", args.prefill_drafter),) if value]
-    return SPECULATIVE_NOTE.format(flags=" and ".join(given)) if given else None
+    """What to tell the user when a setting will not do what it says (never faked)."""
+    if getattr(args, "prefill_drafter", None) is None and getattr(args, "prefill_compression", None) == "always":
+        return "--prefill-compression always needs a scorer: set --prefill-drafter PATH (attachments are prefilled in full)"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,8 @@ from luce_engine import Sampling
 CACHE_TYPES = ("f16", "q8_0", "q4_0")
 DEFAULT_MAX_CTX = 4096
 DEFAULT_MAX_TOKENS = 1024
+DEFAULT_PREFILL_THRESHOLD = 32000   # tokens of attachments above which auto compression starts
+DEFAULT_KEEP_RATIO = 0.05
 
 # Sampling field -> (type, accepted spellings). The CLI flag names and /sampling keys share it.
 SAMPLING_KEYS: dict[str, tuple[type, tuple[str, ...]]] = {
@@ -40,6 +42,10 @@ class EngineSettings:
     draft: str | None = None      # DFlash draft GGUF (speculative decoding when spec == "chain")
     draft_max: int | None = None  # proposals per block (default: the draft's block size - 1)
     spec: str = "chain"           # off | chain
+    prefill_drafter: str | None = None          # PFlash scorer GGUF
+    prefill_compression: str = "auto"           # off | auto | always
+    prefill_threshold: int = DEFAULT_PREFILL_THRESHOLD
+    prefill_keep_ratio: float = DEFAULT_KEEP_RATIO
 
     def n_ctx_for(self, n_ctx_train: int) -> int:
         # A context beyond the training length only produces garbage, so cap it (0: unknown).
@@ -57,7 +63,15 @@ def engine_settings(args) -> EngineSettings:
                           plan_memory=getattr(args, "plan_memory", None),
                           cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
                           draft=getattr(args, "draft", None), draft_max=getattr(args, "draft_max", None),
-                          spec=getattr(args, "spec", None) or "chain")
+                          spec=getattr(args, "spec", None) or "chain",
+                          prefill_drafter=getattr(args, "prefill_drafter", None),
+                          prefill_compression=getattr(args, "prefill_compression", None) or "auto",
+                          prefill_threshold=_given(getattr(args, "prefill_threshold", None), DEFAULT_PREFILL_THRESHOLD),
+                          prefill_keep_ratio=_given(getattr(args, "prefill_keep_ratio", None), DEFAULT_KEEP_RATIO))
+
+
+def _given(value, default):
+    return default if value is None else value
 
 
 def sampling_from_args(args) -> Sampling:
