@@ -229,10 +229,10 @@ void Scorer::eval_body(const ScorerCache & c, const int32_t * toks, int q0, int 
         const int p = q0 + i;
         int visible = 0;
         if (keys.sparse) {
+            // columns: the sink cells, then cells lo.. in order; cell lo + k is visible iff lo + k <= p
             const int sink = params_.sparse_sink, lo = q0 - params_.sparse_window;
-            for (int j = 0; j < keys.n_real; ++j) {
-                if (j < sink || lo + (j - sink) <= p) { row[j] = zero; ++visible; }
-            }
+            visible = sink + (p - lo + 1);
+            std::fill(row, row + visible, zero);
         } else {
             std::fill(row, row + p + 1, zero);
             visible = p + 1;
