@@ -86,6 +86,7 @@ def report(label: str, results: list[dict], scorer: Scorer) -> int:
     return n_kept
 
 
+@pytest.mark.slow
 def test_needles_kept_by_sparse_scorer(smol):
     scorer = Scorer(smol, **SPARSE)
     results = run_suite(smol, scorer)
@@ -94,6 +95,7 @@ def test_needles_kept_by_sparse_scorer(smol):
     assert report("SmolLM2 scorer, block-sparse forward", results, scorer) >= REQUIRED
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not ON_GPU, reason="the dense variant runs on GPUs only (CPU time)")
 def test_needles_kept_by_dense_scorer(smol):
     scorer = Scorer(smol, sparse_threshold=0)
