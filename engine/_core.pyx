@@ -83,6 +83,7 @@ cdef class CoreModel:
             "n_embd": luce_model_n_embd(self.ptr), "n_layer": luce_model_n_layer(self.ptr),
             "n_ctx_train": luce_model_n_ctx_train(self.ptr), "n_params": luce_model_n_params(self.ptr),
             "weight_bytes": luce_model_weight_bytes(self.ptr), "types": luce_model_type_summary(self.ptr).decode(),
+            "n_fused": luce_model_n_fused(self.ptr),
         }
 
     def plan(self, int n_ctx=0, int n_batch=512, str cache_type_k="f16", str cache_type_v="f16", bint kv_rotation=True,
@@ -363,16 +364,7 @@ cdef class CoreDraft:
     def info(self):
         cdef luce_draft_info i
         _check(luce_draft_get_info(self.ptr, &i))
-        return {
-            "arch": i.arch.decode(), "dialect": "lucebox" if i.dialect == LUCE_DRAFT_LUCEBOX else "llama",
-            "block_size": i.block_size, "mask_token_id": i.mask_token_id,
-            "capture_layers": tuple(i.capture[k] for k in range(i.n_capture)),
-            "n_layer": i.n_layer, "n_embd": i.n_embd, "n_vocab": i.n_vocab, "n_ctx_draft": i.n_ctx_draft,
-            "sliding_window": i.sliding_window, "n_swa_layers": i.n_swa_layers,
-            "own_embedding": bool(i.own_embedding), "own_lm_head": bool(i.own_lm_head),
-            "weight_bytes": i.weight_bytes, "kv_bytes": i.kv_bytes, "compute_bytes": i.compute_bytes,
-            "n_graph_builds": i.n_graph_builds, "n_graph_reuses": i.n_graph_reuses,
-        }
+        return _draft_info_dict(&i)
 
     def reset(self):
         cdef luce_status st
@@ -396,6 +388,13 @@ cdef class CoreDraft:
         cdef luce_status st
         with nogil:
             st = luce_draft_inject(self.ptr, &view[0, 0], n, start_pos)
+        _check(st)
+
+    def inject_captured(self, CoreEngine engine, int start_pos, int n):
+        """Features of positions start_pos.. read on the device from the engine's capture rings."""
+        cdef luce_status st
+        with nogil:
+            st = luce_draft_inject_captured(self.ptr, engine.ptr, start_pos, n)
         _check(st)
 
     def draft(self, int x0, int pos0):
@@ -531,3 +530,32 @@ cdef class CoreScorer:
                 "planned_compute_bytes": s.planned_compute_bytes, "kv_bytes": s.kv_bytes,
                 "compute_bytes": s.compute_bytes, "n_graph_builds": s.n_graph_builds,
                 "n_graph_reuses": s.n_graph_reuses}
+
+
+cdef dict _draft_info_dict(luce_draft_info * i):
+    return {
+        "arch": i.arch.decode(), "dialect": "lucebox" if i.dialect == LUCE_DRAFT_LUCEBOX else "llama",
+        "block_size": i.block_size, "mask_token_id": i.mask_token_id,
+        "capture_layers": tuple(i.capture[k] for k in range(i.n_capture)),
+        "n_layer": i.n_layer, "n_embd": i.n_embd, "n_vocab": i.n_vocab, "n_ctx_draft": i.n_ctx_draft,
+        "sliding_window": i.sliding_window, "n_swa_layers": i.n_swa_layers,
+        "own_embedding": bool(i.own_embedding), "own_lm_head": bool(i.own_lm_head),
+        "weight_bytes": i.weight_bytes, "kv_bytes": i.kv_bytes, "compute_bytes": i.compute_bytes,
+        "n_graph_builds": i.n_graph_builds, "n_graph_reuses": i.n_graph_reuses,
+    }
+
+
+def draft_plan(str path, CoreModel target, int n_ctx_draft=4096, int capture_ring=4096):
+    """Memory plan of a DFlash draft for `target` (which may be plan-only): validates the file as a
+    load does (same exceptions) and reads no weights. Returns (info dict, plan dict)."""
+    cdef bytes bpath = path.encode()
+    cdef const char * cpath = bpath
+    cdef luce_draft_plan_info p
+    cdef luce_status st
+    with nogil:
+        st = luce_draft_plan(cpath, target.ptr, n_ctx_draft, capture_ring, &p)
+    _check(st)
+    plan = {"weights": p.weight_bytes, "kv_cache": p.kv_bytes, "compute": p.compute_bytes,
+            "capture_ring": p.capture_ring_bytes, "total": p.total,
+            "n_ctx_draft": p.info.n_ctx_draft, "capture_ring_size": p.capture_ring}
+    return _draft_info_dict(&p.info), plan

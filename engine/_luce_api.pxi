@@ -49,6 +49,7 @@ cdef extern from "luce.h" nogil:
     int32_t luce_model_n_ctx_train(const luce_model * model)
     uint64_t luce_model_n_params(const luce_model * model)
     uint64_t luce_model_weight_bytes(const luce_model * model)
+    int32_t luce_model_n_fused(const luce_model * model)
     const char * luce_model_type_summary(const luce_model * model)
 
     ctypedef enum luce_cache_type:
@@ -174,6 +175,7 @@ cdef extern from "luce.h" nogil:
     luce_status luce_draft_get_info(const luce_draft * draft, luce_draft_info * out)
     luce_status luce_draft_reset(luce_draft * draft)
     luce_status luce_draft_inject(luce_draft * draft, const float * features, int32_t n, int32_t start_pos)
+    luce_status luce_draft_inject_captured(luce_draft * draft, const luce_engine * engine, int32_t start_pos, int32_t n)
     luce_status luce_draft_run(luce_draft * draft, int32_t x0, int32_t pos0, int32_t * out_tokens)
     luce_status luce_draft_logits(const luce_draft * draft, int32_t first, int32_t n, float * out)
 
@@ -216,3 +218,15 @@ cdef extern from "luce.h" nogil:
         int64_t n_graph_builds
         int64_t n_graph_reuses
     luce_status luce_scorer_get_stats(const luce_scorer * scorer, luce_scorer_stats * out)
+
+    # ---- DFlash draft memory plan
+    ctypedef struct luce_draft_plan_info:
+        luce_draft_info info
+        int32_t capture_ring
+        uint64_t weight_bytes
+        uint64_t kv_bytes
+        uint64_t compute_bytes
+        uint64_t capture_ring_bytes
+        uint64_t total
+    luce_status luce_draft_plan(const char * path, const luce_model * target, int32_t n_ctx_draft, int32_t capture_ring,
+                                luce_draft_plan_info * out)

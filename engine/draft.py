@@ -28,17 +28,26 @@ class DraftModel:
     """
 
     def __init__(self, path: str | os.PathLike, target_model, *, n_ctx_draft: int = 4096, use_mmap: bool = True):
-        from luce_engine.model import Model
-
-        if not isinstance(target_model, Model) and isinstance(getattr(target_model, "model", None), Model):
-            target_model = target_model.model   # an Engine: its model
-        if not isinstance(target_model, Model):
-            raise TypeError(f"target_model must be a luce_engine.Model (or an Engine), not {type(target_model).__name__}")
-        core_target = target_model._core
+        target_model = _target(target_model)
         self.path = str(Path(path).expanduser())
         self.target = target_model
-        self._core = _core.CoreDraft(self.path, core_target, n_ctx_draft, use_mmap)
+        self._core = _core.CoreDraft(self.path, target_model._core, n_ctx_draft, use_mmap)
         self._info = self._core.info
+
+    @staticmethod
+    def plan(path: str | os.PathLike, target_model, *, n_ctx_draft: int = 4096, capture_ring: int = 4096) -> dict:
+        """Memory a draft in use needs (bytes), without reading or allocating its weights.
+
+        The file is validated against the target exactly as DraftModel() does and raises the same
+        errors; the target may be a `Model(..., plan_only=True)`. Keys: weights, kv_cache (exact),
+        compute (an upper bound of the measured scratch), capture_ring (the target engine's
+        hidden-state ring of `capture_ring` positions that speculation allocates), total; plus
+        n_ctx_draft, capture_ring_size and `info` (what DraftModel's properties would report).
+        """
+        info, plan = _core.draft_plan(str(Path(path).expanduser()), _target(target_model)._core,
+                                      n_ctx_draft, capture_ring)
+        plan["info"] = info
+        return plan
 
     arch = property(lambda self: self._info["arch"])
     dialect = property(lambda self: self._info["dialect"])            # "llama" or "lucebox"
@@ -70,6 +79,11 @@ class DraftModel:
         context positions start_pos..start_pos+n-1."""
         self._core.inject(features, int(start_pos))
 
+    def inject_captured(self, engine, start_pos: int, n: int) -> None:
+        """Features of context positions start_pos..start_pos+n-1 straight from the engine's capture
+        rings on the device (the engine must capture `capture_layers` with output=True)."""
+        self._core.inject_captured(engine._core, int(start_pos), int(n))
+
     def draft(self, x0: int, pos0: int) -> list[int]:
         """Greedy proposals for positions pos0+1..pos0+B-1 from the block [x0, M, ..., M] at pos0..."""
         return self._core.draft(int(x0), int(pos0))
@@ -81,3 +95,14 @@ class DraftModel:
     def __repr__(self) -> str:
         return (f"DraftModel({Path(self.path).name!r}, {self.arch}/{self.dialect}, B={self.block_size}, "
                 f"capture={list(self.capture_layers)}, n_ctx_draft={self.n_ctx_draft})")
+
+
+def _target(target_model):
+    """The Model a draft binds to (an Engine stands for its model)."""
+    from luce_engine.model import Model
+
+    if not isinstance(target_model, Model) and isinstance(getattr(target_model, "model", None), Model):
+        target_model = target_model.model
+    if not isinstance(target_model, Model):
+        raise TypeError(f"target_model must be a luce_engine.Model (or an Engine), not {type(target_model).__name__}")
+    return target_model

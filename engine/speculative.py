@@ -108,8 +108,11 @@ class ChainSpeculator:
             return
         start = max(self._injected, n - self.capture_ring)
         if start < n:
-            feats = np.stack([self.engine.captured(p).reshape(-1) for p in range(start, n)])
-            self.drafter.inject(feats, start)
+            if hasattr(self.drafter, "inject_captured"):   # device to device, no host copy
+                self.drafter.inject_captured(self.engine, start, n - start)
+            else:
+                feats = np.stack([self.engine.captured(p).reshape(-1) for p in range(start, n)])
+                self.drafter.inject(feats, start)
         self._injected = n
 
     def _sample(self, sampling: Sampling, native, row: int) -> int:

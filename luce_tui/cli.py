@@ -127,17 +127,18 @@ def load(settings: config.EngineSettings, *, verbose: bool = False):
     model = Model(settings.target, device=settings.device, n_threads=settings.threads)
     model.chat_template   # builds the tokenizer as well
     draft = None
-    if settings.draft and settings.spec != "off":
+    if _uses_draft(settings):
         from luce_engine import DraftModel
 
-        draft = DraftModel(settings.draft, model)
+        draft = DraftModel(settings.draft, model, n_ctx_draft=config.DRAFT_CTX)
     engine = Engine(model, n_ctx=_n_ctx(settings, model),
                     cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
-                    n_verify_max=max(16, draft.block_size) if draft else 16)
+                    n_verify_max=_n_verify_max(draft.block_size if draft else None, settings.draft_max))
     if draft is not None:
         from luce_engine.speculative import ChainSpeculator
 
-        engine.speculator = ChainSpeculator(engine, draft, max_draft=settings.draft_max)
+        engine.speculator = ChainSpeculator(engine, draft, max_draft=settings.draft_max,
+                                            capture_ring=config.CAPTURE_RING)
         engine.draft = draft
     engine.compressor = _compressor(settings, model)
     if verbose and engine.compressor is not None:
@@ -173,31 +174,138 @@ def _n_ctx(settings: config.EngineSettings, model) -> int:
     return n_ctx
 
 
-def print_plan(settings: config.EngineSettings) -> int:
-    from luce_engine import InsufficientMemoryError, Model
+def _uses_draft(settings: config.EngineSettings) -> bool:
+    return bool(settings.draft) and settings.spec != "off"
 
-    # Sizes come from the file's metadata: no weights are read, so planning a 27B model is instant.
+
+def _n_verify_max(block_size: int | None, draft_max: int | None = None) -> int:
+    """Tokens one verify may hold (a hybrid target's rollback buffers grow with it): x0 plus the
+    proposals of one draft block; 16 at least unless --draft-max asks for fewer proposals. Without
+    a draft nothing verifies, so no rollback buffers (2.4 GiB on a 27B qwen35)."""
+    if not block_size:
+        return 0
+    if draft_max:
+        return min(draft_max, block_size - 1) + 1
+    return max(16, block_size)
+
+
+def print_plan(settings: config.EngineSettings) -> int:
+    from luce_engine import DraftModel, InsufficientMemoryError, Model
+
+    # Sizes come from the files' metadata: no weights are read, so planning a 27B model is instant.
     model = Model(settings.target, device=settings.device, n_threads=settings.threads, plan_only=True)
     n_ctx = _n_ctx(settings, model)
     budget = config.parse_bytes(settings.plan_memory) if settings.plan_memory else None
+    # A draft is validated against the target exactly as a load would (same errors), sized, not read.
+    draft = (DraftModel.plan(settings.draft, model, n_ctx_draft=config.DRAFT_CTX, capture_ring=config.CAPTURE_RING)
+             if _uses_draft(settings) else None)
+    block = draft["info"]["block_size"] if draft else None
+    n_verify_max = _n_verify_max(block, settings.draft_max)
+
+    def target_plan(n_ctx: int, tk: str, tv: str, check: bool = False, verify: int = n_verify_max) -> dict:
+        return model.plan(n_ctx=n_ctx, cache_type_k=tk, cache_type_v=tv, n_verify_max=verify, check=check)
+
     try:
-        plan = model.plan(n_ctx=n_ctx, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
-                          check=budget is None)
+        plan = target_plan(n_ctx, settings.cache_type_k, settings.cache_type_v, check=budget is None)
     except InsufficientMemoryError as e:
         return _fail(str(e))
     where = f"a {config.human_bytes(budget)} device" if budget else model.device
+    rows = dict(plan)
+    if budget is not None:
+        rows.pop("device_free", None)   # this machine's memory is not what the plan is checked against
+    elif plan.get("device_free") and model.device.upper() != "CPU":
+        # On a GPU its free memory is the budget of the whole plan, weights included (the engine's
+        # own check counts only what comes on top of weights that a real load has already placed).
+        budget = plan["device_free"]
     print(f"memory plan for {model.name} on {where} "
           f"(n_ctx {n_ctx}, KV {settings.cache_type_k}/{settings.cache_type_v}):")
-    if budget:
-        plan = {k: v for k, v in plan.items() if k != "device_free"}
-    print(config.format_plan(plan))
-    if budget is not None:
-        need = plan["total"] - plan.get("outputs", 0)   # host logits live in system memory
-        if need > budget:
-            return _fail(f"does not fit: needs {config.human_bytes(need)} of {config.human_bytes(budget)}; "
-                         "lower --max-ctx or use a smaller --cache-type-k/-v")
-        print(f"  fits: {config.human_bytes(budget - need)} to spare")
+    if draft is not None:
+        info = draft["info"]
+        print(f"  draft {os.path.basename(settings.draft)}: {info['arch']}, block {info['block_size']}, "
+              f"{len(info['capture_layers'])} captured layers, draft context {draft['n_ctx_draft']}, "
+              f"capture ring {draft['capture_ring_size']}, verify batch {n_verify_max}")
+        rows.update(draft_weights=draft["weights"], draft_kv_cache=draft["kv_cache"],
+                    draft_compute=draft["compute"], capture_ring=draft["capture_ring"],
+                    total=plan["total"] + draft["total"])
+    print(config.format_plan(rows))
+    if budget is None:
+        return 0
+
+    draft_total = draft["total"] if draft else 0
+
+    def need(p: dict) -> int:
+        return p["total"] - p.get("outputs", 0) + draft_total   # host logits live in system memory
+
+    total_need = need(plan)
+    if total_need > budget:
+        hints = _plan_hints(settings, n_ctx, budget, draft_total, n_verify_max if draft else 0, block or 0,
+                            lambda n, tk, tv, verify=n_verify_max: need(target_plan(n, tk, tv, verify=verify)))
+        return _fail(f"does not fit: needs {config.human_bytes(total_need)} of {config.human_bytes(budget)}; "
+                     f"{hints}")
+    print(f"  fits: {config.human_bytes(budget - total_need)} to spare")
     return 0
+
+
+def _plan_hints(settings: config.EngineSettings, n_ctx: int, budget: int, draft_total: int, n_verify: int,
+                block: int, need) -> str:
+    """What to change so that the plan fits: each knob on its own, with the numbers that make it fit.
+    need(n_ctx, type_k, type_v, verify=n) -> bytes for the device; n_verify, block: the draft's verify
+    batch and block size (0 without a draft)."""
+    tk, tv = settings.cache_type_k, settings.cache_type_v
+
+    def no_draft(n: int, k: str, v: str) -> int:   # without a draft load() verifies 16 tokens
+        return need(n, k, v, verify=16) - draft_total
+
+    if no_draft(256, "q4_0", "q4_0") > budget:
+        return ("to fit, use a smaller quantization of the model or another device: it does not fit even at the "
+                "smallest context with q4_0 KV and no draft")
+    hints, enough = [], False   # enough: one of the hints fits on its own
+    fit_ctx = _largest_fitting_ctx(lambda n: need(n, tk, tv), n_ctx, budget)
+    if fit_ctx:
+        hints.append(f"lower --max-ctx to {fit_ctx}")
+        enough = True
+    if (tk, tv) != ("q4_0", "q4_0"):
+        small = need(n_ctx, "q4_0", "q4_0")
+        enough |= small <= budget
+        verdict = "fits" if small <= budget else f"needs {config.human_bytes(small)}"
+        hints.append(f"use smaller KV types (--cache-type-k q4_0 --cache-type-v q4_0: {verdict})")
+    fit_draft_max = _largest_fitting_draft_max(lambda k: need(n_ctx, tk, tv, verify=k + 1), n_verify, block, budget)
+    if fit_draft_max:
+        hints.append(f"--draft-max {fit_draft_max} or less (rollback buffers for {fit_draft_max + 1} "
+                     f"tokens instead of {n_verify})")
+        enough = True
+    if draft_total:
+        saves = need(n_ctx, tk, tv) - no_draft(n_ctx, tk, tv)
+        enough |= no_draft(n_ctx, tk, tv) <= budget
+        hints.append(f"drop the draft (--spec off or no --draft: saves {config.human_bytes(saves)}) "
+                     "or use a smaller quantization of it")
+    if not enough:
+        return "no single change is enough, combine them (a lower --max-ctx too): " + "; ".join(hints)
+    return "to fit, " + "; or ".join(hints)
+
+
+def _largest_fitting_draft_max(need, n_verify: int, block: int, budget: int) -> int:
+    """The most proposals per step (at most block - 1, as the speculator takes) whose smaller verify
+    batch makes the plan fit; 0 if none does (or the model has no rollback buffers that shrink with it)."""
+    for k in range(min(n_verify - 2, block - 1), 0, -1):
+        if need(k) <= budget:
+            return k
+    return 0
+
+
+def _largest_fitting_ctx(need, n_ctx: int, budget: int, step: int = 256) -> int:
+    """The largest context below n_ctx (a multiple of step) whose plan fits, 0 if none does.
+    need grows with the context, so a bisection over multiples of step finds it."""
+    lo, hi = 1, (n_ctx - 1) // step   # in units of step: lo fits, hi + 1 is known not to
+    if hi < 1 or need(step) > budget:
+        return 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if need(mid * step) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * step
 
 
 class _Progress:

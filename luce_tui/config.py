@@ -13,6 +13,10 @@ DEFAULT_MAX_CTX = 4096
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_PREFILL_THRESHOLD = 32000   # tokens of attachments above which auto compression starts
 DEFAULT_KEEP_RATIO = 0.05
+# Speculative decoding's fixed sizes (cli.load uses them, --plan plans with them): positions in the
+# DFlash draft's KV ring, and in the target engine's hidden-state capture ring the draft reads.
+DRAFT_CTX = 4096
+CAPTURE_RING = 4096
 
 # Sampling field -> (type, accepted spellings). The CLI flag names and /sampling keys share it.
 SAMPLING_KEYS: dict[str, tuple[type, tuple[str, ...]]] = {
@@ -138,13 +142,19 @@ def parse_bytes(text: str) -> int:
     return int(float(t))
 
 
+PLAN_ROWS = {   # key -> label, in display order; the draft rows appear with --draft
+    "weights": "weights", "kv_cache": "kv_cache", "recurrent": "recurrent", "compute": "compute",
+    "outputs": "outputs", "draft_weights": "draft weights", "draft_kv_cache": "draft KV",
+    "draft_compute": "draft compute", "capture_ring": "capture ring", "total": "total",
+}
+
+
 def format_plan(plan: dict) -> str:
     """The memory plan as aligned lines in human units."""
-    rows = [(k, plan[k]) for k in ("weights", "kv_cache", "recurrent", "compute", "outputs", "total")
-            if k in plan and (plan[k] or k != "recurrent")]
-    lines = [f"  {k:<12}{human_bytes(v):>12}" for k, v in rows]
-    if plan.get("device_free"):
-        lines.append(f"  {'device free':<12}{human_bytes(plan['device_free']):>12}")
+    rows = [(label, plan[k]) for k, label in PLAN_ROWS.items() if k in plan and (plan[k] or k != "recurrent")]
+    extra = [("device free", human_bytes(plan["device_free"]))] if plan.get("device_free") else []
     if "n_ctx" in plan:
-        lines.append(f"  {'n_ctx':<12}{plan['n_ctx']:>12}")
-    return "\n".join(lines)
+        extra.append(("n_ctx", str(plan["n_ctx"])))
+    cells = [(label, human_bytes(v)) for label, v in rows] + extra
+    width = max([12] + [len(label) + 1 for label, _ in cells])   # 12: the layout without draft rows
+    return "\n".join(f"  {label:<{width}}{value:>12}" for label, value in cells)

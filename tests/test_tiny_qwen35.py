@@ -190,3 +190,30 @@ def test_llama_cpp_rejects_missing_tensor(tmp_path):
     bad = write_bad_gguf(tmp_path / "bad.gguf", "missing_tensor", _cfg("A"))
     with pytest.raises(ValueError):
         llama_cpp.Llama(model_path=bad, n_ctx=256, verbose=False)
+
+
+@pytest.mark.parametrize("weight_type", ["f32", "q8_0"])
+def test_fused_projections_compute_what_separate_ones_do(tmp_path, weight_type):
+    """Weights copied into a buffer (use_mmap=False, as on every GPU) fuse [qkv|gate|beta|alpha]
+    and [ffn_gate|ffn_up] into one matmul each (weight_fusion.h); mmap'd CPU weights stay separate.
+    On a CPU both give the same logits bit for bit: prefill, a verify batch and greedy decoding."""
+    from luce_engine import Engine, Model, Sampling
+
+    path = write_tiny_gguf(tmp_path / "f.gguf", TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=32,
+                                                           seed=3, weight_type=weight_type))
+    prompt = [int(t) for t in np.random.default_rng(1).integers(0, 256, 40)]
+    runs = []
+    for mmap in (True, False):
+        model = Model(path, device="cpu", use_mmap=mmap, n_threads=2)   # a CPU property
+        assert model._core.info["n_fused"] == (0 if mmap else 7)   # ffn in 4 layers, ssm_in in the 3 DeltaNet ones
+        eng = Engine(model, n_ctx=256)
+        eng.prefill(prompt)
+        first = eng.logits().copy()
+        eng.verify([5, 6, 7, 8])
+        rows = np.stack([eng.logits(i) for i in range(4)])
+        eng.commit(2)
+        toks = [eng.step(Sampling()).tokens[0] for _ in range(24)]
+        runs.append((first, rows, toks))
+    assert np.array_equal(runs[0][0], runs[1][0])
+    assert np.array_equal(runs[0][1], runs[1][1])
+    assert runs[0][2] == runs[1][2]

@@ -84,6 +84,8 @@ LUCE_API uint64_t     luce_model_n_params(const luce_model * model);
 LUCE_API uint64_t     luce_model_weight_bytes(const luce_model * model);
 // A one-line summary of the weight types, e.g. "Q4_1 (211), Q8_0 (1), F32 (61)".
 LUCE_API const char * luce_model_type_summary(const luce_model * model);
+// Projections stored fused in one weight (same input and type; device copies only, see weight_fusion.h).
+LUCE_API int32_t      luce_model_n_fused(const luce_model * model);
 
 // ---- KV cache types -----------------------------------------------------------------------
 typedef enum luce_cache_type {
@@ -300,6 +302,11 @@ LUCE_API luce_status luce_draft_reset(luce_draft * draft);
 // Injects target features of context positions start_pos..start_pos+n-1: `features` is
 // [n][n_capture * n_embd] floats (per position the captured layers' hidden states, in capture order).
 LUCE_API luce_status luce_draft_inject(luce_draft * draft, const float * features, int32_t n, int32_t start_pos);
+// Same, with the features of positions start_pos..start_pos+n-1 read on the device from the
+// engine's capture rings (luce_engine_set_capture with the draft's layers, output convention).
+// The engine must run the draft's target model; the positions must be committed and in the ring.
+LUCE_API luce_status luce_draft_inject_captured(luce_draft * draft, const luce_engine * engine, int32_t start_pos,
+                                                int32_t n);
 // Runs one block with x0 at position pos0 and writes the greedy draft tokens of rows 1..B-1
 // (B-1 ids; row i predicts the token at pos0 + i) into out_tokens.
 LUCE_API luce_status luce_draft_run(luce_draft * draft, int32_t x0, int32_t pos0, int32_t * out_tokens);
@@ -373,6 +380,28 @@ typedef struct luce_scorer_stats {
 } luce_scorer_stats;
 
 LUCE_API luce_status luce_scorer_get_stats(const luce_scorer * scorer, luce_scorer_stats * out);
+
+// ---- DFlash draft memory plan ---------------------------------------------------------------
+// What a draft in use costs, before anything is allocated: the file is validated against the
+// target exactly as luce_draft_load() does (same status codes and messages), its weights are
+// sized from the tensor headers and nothing is read or allocated. The target may be a plan-only
+// model (luce_model_params.plan_only).
+typedef struct luce_draft_plan_info {
+    luce_draft_info info;        // as luce_draft_get_info() reports after a load, except: kv_bytes and
+                                 // compute_bytes are the planned values below, graph counters are 0
+    int32_t  capture_ring;       // positions of the target engine's capture ring planned for
+    uint64_t weight_bytes;       // draft weights (the target's embedding/head not counted)
+    uint64_t kv_bytes;           // draft KV cache (ring + block scratch), exact
+    uint64_t compute_bytes;      // scratch of the inject, inject-from-rings and draft graphs: an upper
+                                 // bound of the measured value (draft_model.cpp states the formula)
+    uint64_t capture_ring_bytes; // the target engine's hidden-state capture ring (F32, one per captured layer)
+    uint64_t total;              // the four above
+} luce_draft_plan_info;
+
+// n_ctx_draft as in luce_draft_params (<= 0: 4096); capture_ring: the ring size the engine's
+// luce_engine_set_capture() will get (<= 0: 4096).
+LUCE_API luce_status luce_draft_plan(const char * path, const luce_model * target, int32_t n_ctx_draft,
+                                     int32_t capture_ring, luce_draft_plan_info * out);
 
 #ifdef __cplusplus
 }

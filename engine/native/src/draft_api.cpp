@@ -1,6 +1,7 @@
 // draft_api.cpp — the C API of the DFlash draft model (luce.h, "DFlash draft model").
 #include "luce.h"
 #include "draft_model.h"
+#include "engine.h"
 #include "api_guard.h"
 #include "error.h"
 
@@ -33,31 +34,55 @@ luce_status luce_draft_load(const char * path, const luce_model * target, luce_d
 
 void luce_draft_free(luce_draft * d) { delete d; }
 
+// Fields that come from the file and the target (shared by get_info and plan).
+static void fill_model_info(const luce::DraftModel & m, luce_draft_info * out) {
+    const luce::DraftHParams & hp = m.hp;
+    *out = {};
+    std::strncpy(out->arch, hp.arch.c_str(), sizeof(out->arch) - 1);
+    out->dialect = hp.lucebox ? LUCE_DRAFT_LUCEBOX : LUCE_DRAFT_LLAMA;
+    out->block_size = hp.block_size;
+    out->mask_token_id = hp.mask_token_id;
+    out->n_capture = int32_t(hp.capture.size());
+    for (size_t i = 0; i < hp.capture.size(); ++i) out->capture[i] = hp.capture[i];
+    out->n_layer = hp.n_layer;
+    out->n_embd = hp.n_embd;
+    out->n_vocab = m.n_vocab();
+    out->sliding_window = hp.any_swa() ? hp.sliding_window : 0;
+    for (bool b : hp.swa) out->n_swa_layers += b ? 1 : 0;
+    out->own_embedding = m.own_embd;
+    out->own_lm_head = m.own_output;
+    out->weight_bytes = m.weight_bytes;
+}
+
 luce_status luce_draft_get_info(const luce_draft * d, luce_draft_info * out) {
     return guarded([&] {
         REQUIRE(d && out, "draft and out are required");
-        const luce::DraftModel & m = *d->model;
-        const luce::DraftHParams & hp = m.hp;
-        *out = {};
-        std::strncpy(out->arch, hp.arch.c_str(), sizeof(out->arch) - 1);
-        out->dialect = hp.lucebox ? LUCE_DRAFT_LUCEBOX : LUCE_DRAFT_LLAMA;
-        out->block_size = hp.block_size;
-        out->mask_token_id = hp.mask_token_id;
-        out->n_capture = int32_t(hp.capture.size());
-        for (size_t i = 0; i < hp.capture.size(); ++i) out->capture[i] = hp.capture[i];
-        out->n_layer = hp.n_layer;
-        out->n_embd = hp.n_embd;
-        out->n_vocab = m.n_vocab();
+        fill_model_info(*d->model, out);
         out->n_ctx_draft = d->ctx->n_ctx_draft();
-        out->sliding_window = hp.any_swa() ? hp.sliding_window : 0;
-        for (bool b : hp.swa) out->n_swa_layers += b ? 1 : 0;
-        out->own_embedding = m.own_embd;
-        out->own_lm_head = m.own_output;
-        out->weight_bytes = m.weight_bytes;
         out->kv_bytes = d->ctx->kv_bytes();
         out->compute_bytes = d->ctx->compute_bytes();
         out->n_graph_builds = d->ctx->n_graph_builds();
         out->n_graph_reuses = d->ctx->n_graph_reuses();
+    });
+}
+
+luce_status luce_draft_plan(const char * path, const luce_model * target, int32_t n_ctx_draft, int32_t capture_ring,
+                            luce_draft_plan_info * out) {
+    if (out) *out = {};
+    return guarded([&] {
+        REQUIRE(path && target && out, "luce_draft_plan: path, target and out are required");
+        auto m = luce::load_draft_model(path, *target->impl, /*use_mmap=*/true, /*load_weights=*/false);
+        const luce::DraftPlan p = luce::plan_draft(*m, n_ctx_draft, capture_ring);
+        fill_model_info(*m, &out->info);
+        out->info.n_ctx_draft = p.n_ctx_draft;
+        out->info.kv_bytes = p.kv;
+        out->info.compute_bytes = p.compute;
+        out->capture_ring = p.capture_ring;
+        out->weight_bytes = p.weights;
+        out->kv_bytes = p.kv;
+        out->compute_bytes = p.compute;
+        out->capture_ring_bytes = p.capture_ring_bytes;
+        out->total = p.total();
     });
 }
 
@@ -72,6 +97,13 @@ luce_status luce_draft_inject(luce_draft * d, const float * features, int32_t n,
     return guarded([&] {
         REQUIRE(d && features, "draft and features are required");
         d->ctx->inject(features, n, start_pos);
+    });
+}
+
+luce_status luce_draft_inject_captured(luce_draft * d, const luce_engine * e, int32_t start_pos, int32_t n) {
+    return guarded([&] {
+        REQUIRE(d && e, "draft and engine are required");
+        d->ctx->inject_captured(*e->impl, start_pos, n);
     });
 }
 

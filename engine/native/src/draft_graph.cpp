@@ -13,6 +13,7 @@
 // from the host here; a device source (the target's capture ring) only needs another way to fill
 // the `feats` input of the inject graph (e.g. get_rows over the rings instead of an input tensor).
 #include "draft_model.h"
+#include "engine.h"
 #include "device.h"
 #include "error.h"
 
@@ -94,7 +95,8 @@ DraftContext::DraftContext(DraftModel & d, int n_ctx_draft) : d_(d) {
     const size_t max_nodes = draft_max_nodes(hp);
     sched_inject_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), max_nodes, false, true);
     sched_draft_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), max_nodes, false, true);
-    if (!sched_inject_ || !sched_draft_) throw Error(LUCE_ERR_DEVICE, "cannot create the draft graph schedulers");
+    sched_inject_ring_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), max_nodes, false, true);
+    if (!sched_inject_ || !sched_draft_ || !sched_inject_ring_) throw Error(LUCE_ERR_DEVICE, "cannot create the draft graph schedulers");
     slot_pos_.assign(size_t(W_), -1);
     reserve();
 }
@@ -102,6 +104,8 @@ DraftContext::DraftContext(DraftModel & d, int n_ctx_draft) : d_(d) {
 DraftContext::~DraftContext() {
     inject_.clear();
     draft_.clear();
+    inject_ring_.clear();
+    if (sched_inject_ring_) ggml_backend_sched_free(sched_inject_ring_);
     if (sched_inject_) ggml_backend_sched_free(sched_inject_);
     if (sched_draft_) ggml_backend_sched_free(sched_draft_);
     if (cache_buf_) ggml_backend_buffer_free(cache_buf_);
@@ -118,8 +122,12 @@ void DraftContext::reserve() {
     if (!ggml_backend_sched_reserve(sched_inject_, gi.gf) || !ggml_backend_sched_reserve(sched_draft_, gd.gf)) {
         throw Error(LUCE_ERR_MEMORY, "cannot reserve compute buffers for the draft; lower n_ctx_draft");
     }
+    update_compute_bytes();
+}
+
+void DraftContext::update_compute_bytes() {
     compute_bytes_ = 0;
-    for (ggml_backend_sched_t s : {sched_inject_, sched_draft_}) {
+    for (ggml_backend_sched_t s : {sched_inject_, sched_draft_, sched_inject_ring_}) {
         for (int i = 0; i < ggml_backend_sched_get_n_backends(s); ++i) {
             compute_bytes_ += ggml_backend_sched_get_buffer_size(s, ggml_backend_sched_get_backend(s, i));
         }
@@ -169,17 +177,30 @@ static ggml_tensor * input(ggml_tensor * t, const char * name) {
     return t;
 }
 
-void DraftContext::build_inject(Graph & g, int n) const {
+// Without rings the features are an input uploaded from the host; with them they are gathered
+// on the device from the target's capture rings (one [E, ring] tensor per captured layer, in
+// the draft's capture order) by ring row, so a speculative step copies nothing through the host.
+void DraftContext::build_inject(Graph & g, int n, const std::vector<ggml_tensor *> * rings) const {
     const DraftHParams & hp = d_.hp;
     const int64_t D = hp.head_dim, Hkv = hp.n_head_kv, NfE = d_.fc->ne[0];
     g.key = n;
     g.ctx = new_graph_ctx(hp, &g.gf);
     ggml_context * ctx = g.ctx;
-    g.feats = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, NfE, n), "draft_inp_feats");
+    ggml_tensor * feats = nullptr;
+    if (rings) {
+        g.rings_key = rings->front();
+        g.ring_rows = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), "draft_inp_ring_rows");
+        for (ggml_tensor * r : *rings) {
+            ggml_tensor * f = ggml_get_rows(ctx, r, g.ring_rows);   // [E, n]
+            feats = feats ? ggml_concat(ctx, feats, f, 0) : f;
+        }
+    } else {
+        feats = g.feats = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, NfE, n), "draft_inp_feats");
+    }
     g.pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n * (hp.mrope() ? 4 : 1)), "draft_inp_pos");
     g.idx = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n), "draft_inp_rows");
 
-    ggml_tensor * x = rms_norm_w(ctx, ggml_mul_mat(ctx, d_.fc, g.feats), d_.hidden_norm, hp.rms_eps);   // [E, n]
+    ggml_tensor * x = rms_norm_w(ctx, ggml_mul_mat(ctx, d_.fc, feats), d_.hidden_norm, hp.rms_eps);   // [E, n]
     for (int il = 0; il < hp.n_layer; ++il) {
         const LayerWeights & L = d_.layers[size_t(il)];
         ggml_tensor * k = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.wk, x), D, Hkv, n);
@@ -278,6 +299,44 @@ DraftContext::Graph & DraftContext::draft_graph(int n_kv_ctx) {
     return draft_;
 }
 
+DraftContext::Graph & DraftContext::inject_ring_graph(int n, const std::vector<ggml_tensor *> & rings) {
+    if (inject_ring_.key == n && inject_ring_.rings_key == rings.front()) {
+        n_reuses_++;
+        return inject_ring_;
+    }
+    inject_ring_.clear();
+    build_inject(inject_ring_, n, &rings);
+    ggml_backend_sched_reset(sched_inject_ring_);
+    if (!ggml_backend_sched_alloc_graph(sched_inject_ring_, inject_ring_.gf)) {
+        inject_ring_.clear();
+        throw Error(LUCE_ERR_MEMORY, "cannot allocate compute buffers for a draft injection of " + std::to_string(n) + " rows");
+    }
+    n_builds_++;
+    update_compute_bytes();
+    return inject_ring_;
+}
+
+// Shapes are bucketed so that graphs repeat: up to B rows (a speculative step) -> B, else a
+// multiple of 64. Padding rows go to block scratch row 0, which every draft run overwrites.
+int32_t DraftContext::inject_rows(int32_t nc) const {
+    return nc <= B_ ? B_ : std::min(round_up(nc, 64), std::max(chunk_, B_));
+}
+
+void DraftContext::finish_inject(Graph & g, ggml_backend_sched_t sched, int32_t start, int32_t nc, int32_t rows) {
+    set_positions(g.pos, start, nc);
+    std::vector<int64_t> idx(size_t(rows), 0);
+    for (int32_t i = 0; i < nc; ++i) idx[size_t(i)] = B_ + (start + i) % W_;
+    ggml_backend_tensor_set(g.idx, idx.data(), 0, idx.size() * sizeof(int64_t));
+    if (ggml_backend_sched_graph_compute(sched, g.gf) != GGML_STATUS_SUCCESS) {
+        throw Error(LUCE_ERR_COMPUTE, "draft injection failed on " + std::string(ggml_backend_dev_name(d_.dev)));
+    }
+    for (int32_t i = 0; i < nc; ++i) {
+        const int32_t p = start + i, s = p % W_;
+        slot_pos_[size_t(s)] = p;
+        hi_slot_ = std::max(hi_slot_, s + 1);
+    }
+}
+
 void DraftContext::inject(const float * feats, int32_t n, int32_t start) {
     if (n <= 0 || !feats) throw Error(LUCE_ERR_INVALID_ARG, "inject needs at least one feature row");
     if (start < 0 || int64_t(start) + n > INT32_MAX) {
@@ -289,30 +348,45 @@ void DraftContext::inject(const float * feats, int32_t n, int32_t start) {
         start += n - W_;
         n = W_;
     }
-    std::vector<int64_t> idx;
     for (int32_t done = 0; done < n;) {
-        const int32_t nc = std::min(chunk_, n - done);
-        // Shapes are bucketed so that graphs repeat: up to B rows (a speculative step) -> B,
-        // else a multiple of 64. Padding rows have zero features and go to block scratch row 0.
-        const int32_t rows = nc <= B_ ? B_ : std::min(round_up(nc, 64), std::max(chunk_, B_));
+        const int32_t nc = std::min(chunk_, n - done), rows = inject_rows(nc);
         Graph & g = inject_graph(rows);
         ggml_backend_tensor_set(g.feats, feats + size_t(done) * row, 0, size_t(nc) * row * sizeof(float));
         if (rows > nc) {
             std::vector<float> zeros(size_t(rows - nc) * row, 0.0f);
             ggml_backend_tensor_set(g.feats, zeros.data(), size_t(nc) * row * sizeof(float), zeros.size() * sizeof(float));
         }
-        set_positions(g.pos, start + done, nc);
-        idx.assign(size_t(rows), 0);
-        for (int32_t i = 0; i < nc; ++i) idx[size_t(i)] = B_ + (start + done + i) % W_;
-        ggml_backend_tensor_set(g.idx, idx.data(), 0, idx.size() * sizeof(int64_t));
-        if (ggml_backend_sched_graph_compute(sched_inject_, g.gf) != GGML_STATUS_SUCCESS) {
-            throw Error(LUCE_ERR_COMPUTE, "draft injection failed on " + std::string(ggml_backend_dev_name(d_.dev)));
-        }
-        for (int32_t i = 0; i < nc; ++i) {
-            const int32_t p = start + done + i, s = p % W_;
-            slot_pos_[size_t(s)] = p;
-            hi_slot_ = std::max(hi_slot_, s + 1);
-        }
+        finish_inject(g, sched_inject_, start + done, nc, rows);
+        done += nc;
+    }
+}
+
+void DraftContext::inject_captured(const Engine & eng, int32_t start, int32_t n) {
+    const DraftHParams & hp = d_.hp;
+    if (n <= 0) throw Error(LUCE_ERR_INVALID_ARG, "inject needs at least one position");
+    if (&eng.model() != d_.target) throw Error(LUCE_ERR_INVALID_ARG, "the engine runs another model than this draft's target");
+    if (!eng.capture_output_convention()) {
+        throw Error(LUCE_ERR_STATE, "the engine captures layer inputs; the draft reads layer outputs (capture with output=true)");
+    }
+    std::vector<ggml_tensor *> rings;
+    for (int layer : hp.capture) {
+        ggml_tensor * r = eng.capture_ring(layer);
+        if (!r) throw Error(LUCE_ERR_STATE, "the engine does not capture target layer " + std::to_string(layer) + ", which the draft reads");
+        rings.push_back(r);
+    }
+    eng.check_captured(start, n);
+    if (n > W_) {
+        start += n - W_;
+        n = W_;
+    }
+    const int32_t ring = eng.capture_ring_size();
+    for (int32_t done = 0; done < n;) {
+        const int32_t nc = std::min(chunk_, n - done), rows = inject_rows(nc);
+        Graph & g = inject_ring_graph(rows, rings);
+        std::vector<int32_t> ring_rows(size_t(rows), 0);
+        for (int32_t i = 0; i < nc; ++i) ring_rows[size_t(i)] = (start + done + i) % ring;
+        ggml_backend_tensor_set(g.ring_rows, ring_rows.data(), 0, ring_rows.size() * sizeof(int32_t));
+        finish_inject(g, sched_inject_ring_, start + done, nc, rows);
         done += nc;
     }
 }

@@ -174,8 +174,8 @@ static void check_against_target(const GgufFile & f, const DraftHParams & hp, co
     }
 }
 
-std::unique_ptr<DraftModel> load_draft_model(const std::string & path, const Model & target, bool use_mmap) {
-    if (!target.buffer) throw Error(LUCE_ERR_STATE, "the target model was opened for planning only (no weights loaded)");
+// The file's dialect and hyperparameters, checked against the target (no tensors yet).
+static std::unique_ptr<DraftModel> open_draft(const std::string & path, const Model & target) {
     auto d = std::make_unique<DraftModel>();
     d->path = path;
     d->target = &target;
@@ -196,15 +196,18 @@ std::unique_ptr<DraftModel> load_draft_model(const std::string & path, const Mod
     if (f.tensor_meta("d2t")) f.fail(LUCE_ERR_UNSUPPORTED, "tensor d2t: reduced draft vocabularies are not supported");
     if (f.tensor_meta("markov_w1.weight")) f.fail(LUCE_ERR_UNSUPPORTED, "tensor markov_w1.weight: DSpark drafts are not supported");
     if (f.tensor_meta("fc.scale")) f.fail(LUCE_ERR_UNSUPPORTED, "tensor fc.scale is not supported");
+    d->dev = target.dev;
+    return d;
+}
 
+// Headers of every weight, each checked for name, shape and type; sums the weight bytes.
+static void declare_draft_tensors(DraftModel & dm, TensorLoader & tl) {
+    const GgufFile & f = *dm.file;
+    const DraftHParams & hp = dm.hp;
+    const Model & target = *dm.target;
+    DraftModel * d = &dm;
     const int64_t E = hp.n_embd, D = hp.head_dim, Q = int64_t(hp.n_head) * D, KV = int64_t(hp.n_head_kv) * D, F = hp.n_ff;
     const int64_t Nf = int64_t(hp.capture.size()), V = target.hp.n_vocab;
-    d->dev = target.dev;
-
-    const size_t n_tensors_max = 16 + 16 * size_t(hp.n_layer);
-    ggml_init_params ip = {ggml_tensor_overhead() * n_tensors_max, nullptr, /*no_alloc=*/true};
-    d->ctx = ggml_init(ip);
-    TensorLoader tl(f, d->ctx);
 
     auto first_of = [&](std::initializer_list<const char *> names) -> std::string {
         for (const char * n : names) if (f.tensor_meta(n)) return n;
@@ -273,8 +276,12 @@ std::unique_ptr<DraftModel> load_draft_model(const std::string & path, const Mod
         d->weight_bytes += ggml_nbytes(e.tensor);
         d->n_params += uint64_t(ggml_nelements(e.tensor));
     }
+}
 
-    // Weights on the target's device: a window onto the mapping on CPU, else a device buffer.
+// Weights on the target's device: a window onto the mapping on CPU, else a device buffer.
+static void upload_draft_weights(DraftModel & dm, const TensorLoader & tl, bool use_mmap) {
+    DraftModel * d = &dm;
+    const GgufFile & f = *dm.file;
     if (device_is_cpu(d->dev) && use_mmap) {
         size_t lo = SIZE_MAX, hi = 0;
         for (auto & e : tl.entries()) {
@@ -303,7 +310,85 @@ std::unique_ptr<DraftModel> load_draft_model(const std::string & path, const Mod
         for (auto & e : tl.entries()) ggml_backend_tensor_set(e.tensor, f.mapped_data(e.file_offset), 0, ggml_nbytes(e.tensor));
     }
     ggml_backend_buffer_set_usage(d->buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+}
+
+std::unique_ptr<DraftModel> load_draft_model(const std::string & path, const Model & target, bool use_mmap,
+                                             bool load_weights) {
+    // A plan-only target has tensor headers but no data: it can size a draft, not run one.
+    if (load_weights && !target.buffer) {
+        throw Error(LUCE_ERR_STATE, "the target model was opened for planning only (no weights loaded)");
+    }
+    auto d = open_draft(path, target);
+    const size_t n_tensors_max = 16 + 16 * size_t(d->hp.n_layer);
+    ggml_init_params ip = {ggml_tensor_overhead() * n_tensors_max, nullptr, /*no_alloc=*/true};
+    d->ctx = ggml_init(ip);
+    TensorLoader tl(*d->file, d->ctx);
+    declare_draft_tensors(*d, tl);
+    if (load_weights) upload_draft_weights(*d, tl, use_mmap);   // planning: sizes known, nothing read
     return d;
+}
+
+// ---- memory plan ------------------------------------------------------------------------------
+// These mirror DraftContext (draft_graph.cpp): the ring default, the inject chunk and the graphs'
+// shapes. tests/test_plan_draft.py compares them with a real DraftContext, so a change there that
+// is not made here fails a test.
+static constexpr int kDefaultRing = 4096, kPlanInjectChunk = 512;
+
+int draft_ring_size(int n_ctx_draft) { return n_ctx_draft > 0 ? n_ctx_draft : kDefaultRing; }
+
+// Per layer F32 K and V of [head_dim·n_head_kv, B + W]: B block scratch rows + the W-position ring.
+uint64_t draft_kv_bytes(const DraftHParams & hp, int n_ctx_draft) {
+    const uint64_t row = uint64_t(hp.head_dim) * hp.n_head_kv * sizeof(float);
+    return 2 * uint64_t(hp.n_layer) * row * uint64_t(hp.block_size + draft_ring_size(n_ctx_draft));
+}
+
+uint64_t draft_capture_ring_bytes(const DraftHParams & hp, int capture_ring) {
+    return uint64_t(hp.capture.size()) * hp.n_embd * uint64_t(draft_ring_size(capture_ring)) * sizeof(float);
+}
+
+// Compute scratch, as an upper bound of what ggml's allocator reserves for the three schedulers
+// (one buffer each, sized by its largest graph). All activations are F32 (4 bytes); the bound
+// assumes no memory reuse inside one layer (the allocator does reuse, so it measures less) while
+// layers reuse each other's memory (they run one after the other). With E = n_embd, Q/KV = head
+// widths, F = n_ff, V = n_vocab, Nf captured layers, B = block, W = ring, n = max(min(512, W), B)
+// rows per inject chunk, n_kv = B + W attended rows:
+//   inject      4·n·(Nf·E + 3E + 5KV)        features, fc·F, its norm; per layer K (matmul, norm,
+//                                             scale, rope) and V
+//   inject ring 4·n·(2Nf·E + 3E + 5KV)       features gathered from the rings: get_rows + concat chain
+//   draft       4·( B·(8E + 5Q + 5KV + 3F)   per layer: norms, Q/K chains, V, attention out, W_o, FFN
+//                 + n_kv·B·(2Hq + 2)         scores and softmax per head, the two masks
+//                 + n_kv·KV                  contiguous V^T
+//                 + 3·V·B )                  logits (an output: kept) and the tie-breaking argmax's
+//                                             [V, B] chain, which the allocator runs in place (1-2 buffers)
+//   + 4·V + 52·n + 28·B                      the argmax ramp (allocated beside the KV) and the small
+//                                             inputs: per row I32 positions (4 with M-RoPE), I64 cache
+//                                             rows, I32 ring rows / tokens
+// The bound holds as long as the sum over one layer exceeds the allocator's alignment padding,
+// which it does by orders of magnitude for any real draft.
+uint64_t draft_compute_bytes_estimate(const DraftModel & d, int n_ctx_draft) {
+    const DraftHParams & hp = d.hp;
+    const uint64_t E = hp.n_embd, D = hp.head_dim, Q = uint64_t(hp.n_head) * D, KV = uint64_t(hp.n_head_kv) * D;
+    const uint64_t F = hp.n_ff, V = uint64_t(d.n_vocab()), Nf = hp.capture.size(), Hq = hp.n_head;
+    const uint64_t B = hp.block_size, W = uint64_t(draft_ring_size(n_ctx_draft)), n_kv = B + W;
+    const uint64_t n = std::max<uint64_t>(std::min<uint64_t>(kPlanInjectChunk, W), B);
+    const uint64_t f32 = sizeof(float);
+    const uint64_t pos_row = 4 * sizeof(int32_t), idx_row = sizeof(int64_t), tok_row = sizeof(int32_t);
+    const uint64_t small_inputs = n * (2 * (pos_row + idx_row) + tok_row) + B * (pos_row + idx_row + tok_row);
+    const uint64_t inject = f32 * n * (Nf * E + 3 * E + 5 * KV);
+    const uint64_t inject_ring = f32 * n * (2 * Nf * E + 3 * E + 5 * KV);
+    const uint64_t draft = f32 * (B * (8 * E + 5 * Q + 5 * KV + 3 * F) + n_kv * B * (2 * Hq + 2) + n_kv * KV + 3 * V * B);
+    return inject + inject_ring + draft + small_inputs + f32 * V;
+}
+
+DraftPlan plan_draft(const DraftModel & d, int n_ctx_draft, int capture_ring) {
+    DraftPlan p;
+    p.n_ctx_draft = draft_ring_size(n_ctx_draft);
+    p.capture_ring = draft_ring_size(capture_ring);
+    p.weights = d.weight_bytes;
+    p.kv = draft_kv_bytes(d.hp, n_ctx_draft);
+    p.compute = draft_compute_bytes_estimate(d, n_ctx_draft);
+    p.capture_ring_bytes = draft_capture_ring_bytes(d.hp, capture_ring);
+    return p;
 }
 
 } // namespace luce

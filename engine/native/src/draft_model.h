@@ -16,6 +16,8 @@
 
 namespace luce {
 
+class Engine;
+
 struct DraftHParams {
     std::string arch;
     bool lucebox = false;            // dialect: false = llama.cpp `dflash`, true = lucebox
@@ -59,8 +61,29 @@ struct DraftModel {
 };
 
 // Loads and validates a draft for `target`; throws luce::Error (LUCE_ERR_DRAFT_MISMATCH when the
-// file is a valid draft for another target).
-std::unique_ptr<DraftModel> load_draft_model(const std::string & path, const Model & target, bool use_mmap);
+// file is a valid draft for another target). load_weights=false (planning) runs exactly the same
+// validation and sizes every weight but allocates and reads nothing; then `target` may itself be
+// a plan-only model, and the result can be planned (plan_draft) but not run.
+std::unique_ptr<DraftModel> load_draft_model(const std::string & path, const Model & target, bool use_mmap,
+                                             bool load_weights = true);
+
+// The draft's ring size for a requested n_ctx_draft (<= 0: the default 4096).
+int draft_ring_size(int n_ctx_draft);
+
+// Memory of a draft in use, before anything is allocated (the weights come from the loaded or
+// plan-only DraftModel; the rest from its hyperparameters).
+struct DraftPlan {
+    int n_ctx_draft = 0, capture_ring = 0;
+    uint64_t weights = 0;
+    uint64_t kv = 0;            // exactly what DraftContext allocates for its K/V
+    uint64_t compute = 0;       // estimate, an upper bound of DraftContext::compute_bytes() (formula in draft_model.cpp)
+    uint64_t capture_ring_bytes = 0;   // the target engine's hidden-state capture ring for this draft
+    uint64_t total() const { return weights + kv + compute + capture_ring_bytes; }
+};
+uint64_t draft_kv_bytes(const DraftHParams & hp, int n_ctx_draft);
+uint64_t draft_compute_bytes_estimate(const DraftModel & d, int n_ctx_draft);
+uint64_t draft_capture_ring_bytes(const DraftHParams & hp, int capture_ring);
+DraftPlan plan_draft(const DraftModel & d, int n_ctx_draft, int capture_ring);
 
 // Design (A) draft context: per draft layer a KV cache of rows [0, B) = block scratch and rows
 // B + (p mod n_ctx_draft) = injected context position p. Inject and draft graphs are built once
@@ -73,6 +96,8 @@ public:
     void reset();
     // Features [n][Nf·E] (row-major, host) of context positions start..start+n-1.
     void inject(const float * features, int32_t n, int32_t start);
+    // The same from the target engine's capture rings, read on the device (no host round trip).
+    void inject_captured(const Engine & eng, int32_t start, int32_t n);
     // Block [x0, M × (B-1)] at positions pos0..pos0+B-1; writes the greedy tokens of rows 1..B-1.
     void run(int32_t x0, int32_t pos0, int32_t * out_tokens);
     void copy_logits(int32_t first, int32_t n, float * out) const;
@@ -91,13 +116,20 @@ private:
         ggml_context * ctx = nullptr;
         ggml_cgraph * gf = nullptr;
         ggml_tensor *feats = nullptr, *tokens = nullptr, *pos = nullptr, *idx = nullptr;
+        ggml_tensor *ring_rows = nullptr;      // inject from capture rings: ring row of each position
+        const void * rings_key = nullptr;      // ... and which rings the graph reads
         ggml_tensor *mask = nullptr, *mask_swa = nullptr, *logits = nullptr, *argmax = nullptr;
         void clear();
         ~Graph() { clear(); }
     };
-    void build_inject(Graph & g, int n) const;
+    void build_inject(Graph & g, int n, const std::vector<ggml_tensor *> * rings = nullptr) const;
     void build_draft(Graph & g, int n_kv_ctx) const;
     Graph & inject_graph(int n);
+    Graph & inject_ring_graph(int n, const std::vector<ggml_tensor *> & rings);
+    // Positions, block/ring rows, compute, slot bookkeeping of one injected chunk (features set).
+    void finish_inject(Graph & g, ggml_backend_sched_t sched, int32_t start, int32_t nc, int32_t rows);
+    int32_t inject_rows(int32_t nc) const;
+    void update_compute_bytes();
     Graph & draft_graph(int n_kv_ctx);
     ggml_tensor * rope(ggml_context * ctx, ggml_tensor * x, ggml_tensor * pos) const;
     void set_positions(ggml_tensor * t, int32_t first, int32_t n) const;
@@ -106,12 +138,12 @@ private:
     DraftModel & d_;
     int W_ = 0, B_ = 0, chunk_ = 0;
     ggml_backend_t backend_ = nullptr, cpu_backend_ = nullptr;
-    ggml_backend_sched_t sched_inject_ = nullptr, sched_draft_ = nullptr;
+    ggml_backend_sched_t sched_inject_ = nullptr, sched_draft_ = nullptr, sched_inject_ring_ = nullptr;
     ggml_context * cache_ctx_ = nullptr;
     ggml_backend_buffer_t cache_buf_ = nullptr;
     std::vector<ggml_tensor *> k_, v_;    // per layer F32 [D·Hkv, B + W]
     ggml_tensor * ramp_ = nullptr;        // [n_vocab] = n_vocab - i (tie-breaking of the argmax)
-    Graph inject_, draft_;
+    Graph inject_, draft_, inject_ring_;
     std::vector<int32_t> slot_pos_;       // position held by ring slot s, -1 = none
     int hi_slot_ = 0;                     // slots [0, hi) have been written at least once
     bool have_logits_ = false;

@@ -482,13 +482,27 @@ void Engine::set_capture(const int32_t * layers, int32_t n, bool output_conventi
     ggml_backend_buffer_clear(cap.buffer, 0);
 }
 
-void Engine::captured(int32_t pos, float * out) const {
+void Engine::check_captured(int32_t pos, int32_t n) const {
     const auto & cap = kv_.capture;
     if (cap.layers.empty()) throw Error(LUCE_ERR_STATE, "hidden-state capture is off");
     const int32_t committed = n_past() - pending_;
-    if (pos < 0 || pos >= committed || pos < committed - cap.ring) {
-        throw Error(LUCE_ERR_INVALID_ARG, "position " + std::to_string(pos) + " is not in the capture ring");
+    if (n < 1 || pos < 0 || int64_t(pos) + n > committed || pos < committed - cap.ring) {
+        throw Error(LUCE_ERR_INVALID_ARG, "positions " + std::to_string(pos) + ".." + std::to_string(int64_t(pos) + n - 1) +
+                                              " are not in the capture ring");
     }
+}
+
+ggml_tensor * Engine::capture_ring(int layer) const {
+    const auto & cap = kv_.capture;
+    for (size_t i = 0; i < cap.layers.size(); ++i) {
+        if (cap.layers[i] == layer) return cap.rings[i];
+    }
+    return nullptr;
+}
+
+void Engine::captured(int32_t pos, float * out) const {
+    const auto & cap = kv_.capture;
+    check_captured(pos, 1);
     const size_t row = size_t(m_.hp.n_embd) * sizeof(float);
     for (size_t i = 0; i < cap.rings.size(); ++i) {
         ggml_backend_tensor_get(cap.rings[i], out + i * size_t(m_.hp.n_embd), size_t(pos % cap.ring) * row, row);

@@ -34,6 +34,13 @@ public:
     void checkpoint();
     void set_capture(const int32_t * layers, int32_t n, bool output_convention, int32_t ring);
     void captured(int32_t pos, float * out) const;
+    // The capture ring of internal layer `layer` ([n_embd, ring] on the model's device), or null
+    // when that layer is not captured; positions p live in row p % capture_ring_size().
+    ggml_tensor * capture_ring(int layer) const;
+    int32_t capture_ring_size() const { return kv_.capture.ring; }
+    bool capture_output_convention() const { return kv_.capture.output_convention; }
+    // Throws unless positions [pos, pos + n) are committed and still in the ring.
+    void check_captured(int32_t pos, int32_t n) const;
 
     const float * logits_row(int32_t i) { return logits_.row(i); }   // fetched on first read
     int32_t argmax_row(int32_t i) const;                                // greedy token of row i, no download
@@ -42,6 +49,7 @@ public:
     int32_t n_past() const { return int32_t(tokens_.size()); }
     int32_t n_ctx() const { return kv_.n_ctx; }
     const int32_t * tokens() const { return tokens_.data(); }
+    const Model & model() const { return m_; }
 
     void cancel() { cancel_.store(true); }
     void clear_cancel() { cancel_.store(false); }

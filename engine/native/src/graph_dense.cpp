@@ -66,6 +66,9 @@ ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, const Model
 }
 
 ggml_tensor * swiglu_ffn(ggml_context * ctx, const LayerWeights & L, ggml_tensor * x) {
+    if (L.ffn_gate_up.w) {   // [gate | up] rows in one weight: silu(first half) · second half
+        return linear(ctx, L.ffn_down, ggml_swiglu(ctx, ggml_mul_mat(ctx, L.ffn_gate_up.w, x)), L.ffn_down_b);
+    }
     ggml_tensor * gate = linear(ctx, L.ffn_gate, x, L.ffn_gate_b);
     ggml_tensor * up = linear(ctx, L.ffn_up, x, L.ffn_up_b);
     return linear(ctx, L.ffn_down, ggml_swiglu_split(ctx, gate, up), L.ffn_down_b);

@@ -2,6 +2,7 @@
 // layers update their conv window and recurrent state in place; gated attention layers use the
 // KV cache with partial IMROPE. Shapes are for one sequence (B = 1).
 #include "graph.h"
+#include "weight_fusion.h"
 
 #include <cmath>
 
@@ -16,10 +17,17 @@ static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model
     ggml_tensor * conv_state = kv.conv[size_t(il)];   // [Kc-1, C]
     ggml_tensor * ssm_state = kv.ssm[size_t(il)];     // [S, S, Hv, 1]
 
-    ggml_tensor * qkv = ggml_mul_mat(ctx, L.ssm_qkv, h);                       // [C, n]
-    ggml_tensor * z = ggml_mul_mat(ctx, L.ssm_gate, h);                        // [Hv·S, n]
-    ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, ggml_mul_mat(ctx, L.ssm_beta, h), 1, Hv, n, 1));
-    ggml_tensor * alpha = ggml_add(ctx, ggml_mul_mat(ctx, L.ssm_alpha, h), L.ssm_dt_b);
+    // input projections; fused ones are row views of one matmul (weight_fusion.h), not contiguous
+    ggml_tensor * fused = L.ssm_in.w ? ggml_mul_mat(ctx, L.ssm_in.w, h) : nullptr;
+    auto project = [&](size_t part, ggml_tensor * w) {
+        return L.ssm_in.at(part) >= 0 ? fused_rows(ctx, fused, L.ssm_in.at(part), w->ne[1]) : ggml_mul_mat(ctx, w, h);
+    };
+    ggml_tensor * qkv = project(0, L.ssm_qkv);                                // [C, n]
+    ggml_tensor * z = project(1, L.ssm_gate);                                 // [Hv·S, n]
+    ggml_tensor * b = project(2, L.ssm_beta);
+    if (!ggml_is_contiguous(b)) b = ggml_cont(ctx, b);   // unary ops on CUDA want contiguous input
+    ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, b, 1, Hv, n, 1));
+    ggml_tensor * alpha = ggml_add(ctx, project(3, L.ssm_alpha), L.ssm_dt_b);
     ggml_tensor * g = ggml_reshape_4d(ctx, ggml_mul(ctx, ggml_softplus(ctx, alpha), L.ssm_a), 1, Hv, n, 1);   // log decay
 
     // causal depthwise conv over [previous Kc-1 inputs | this batch], then keep the last Kc-1
@@ -35,13 +43,14 @@ static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model
     ggml_tensor * c = ggml_silu(ctx, ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xin, Kc - 1 + n, C, 1), L.ssm_conv1d));   // [C, n, 1]
 
     const size_t f = ggml_element_size(c);
-    ggml_tensor * q = ggml_view_4d(ctx, c, S, Hk, n, 1, S * f, C * f, C * n * f, 0);
-    ggml_tensor * k = ggml_view_4d(ctx, c, S, Hk, n, 1, S * f, C * f, C * n * f, size_t(Hk * S) * f);
     ggml_tensor * v = ggml_view_4d(ctx, c, S, Hv, n, 1, S * f, C * f, C * n * f, size_t(2 * Hk * S) * f);
-    // L2 norm per head: x / sqrt(Σx² + eps), as rms_norm with eps/S scaled back by 1/sqrt(S)
+    // L2 norm per head: x / sqrt(Σx² + eps), as rms_norm with eps/S scaled back by 1/sqrt(S).
+    // q and k heads are adjacent in each row of c, so one norm and one scale serve both.
     const float inv_sqrt_s = 1.0f / std::sqrt(float(S));
-    q = ggml_scale(ctx, ggml_rms_norm(ctx, q, hp.rms_eps / float(S)), inv_sqrt_s);
-    k = ggml_scale(ctx, ggml_rms_norm(ctx, k, hp.rms_eps / float(S)), inv_sqrt_s);
+    ggml_tensor * qk = ggml_view_4d(ctx, c, S, 2 * Hk, n, 1, S * f, C * f, C * n * f, 0);
+    qk = ggml_scale(ctx, ggml_rms_norm(ctx, qk, hp.rms_eps / float(S)), inv_sqrt_s);   // [S, 2·Hk, n]
+    ggml_tensor * q = ggml_view_4d(ctx, qk, S, Hk, n, 1, qk->nb[1], qk->nb[2], qk->nb[3], 0);
+    ggml_tensor * k = ggml_view_4d(ctx, qk, S, Hk, n, 1, qk->nb[1], qk->nb[2], qk->nb[3], size_t(Hk) * qk->nb[1]);
 
     // K state slots after the outputs: slot s = state after token n-1-s (verify keeps one per token)
     const int64_t K = verify ? n : 1;
@@ -54,9 +63,13 @@ static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model
     ggml_tensor * dst = ggml_view_3d(ctx, verify ? kv.ssm_snap[size_t(il)] : ssm_state, D, 1, K, D * f, D * f, 0);
     ggml_build_forward_expand(gf, ggml_cpy(ctx, states, dst));
 
-    ggml_tensor * z4 = ggml_reshape_4d(ctx, z, S, Hv, n, 1);
-    ggml_tensor * on = ggml_mul(ctx, rms_norm_w(ctx, o, L.ssm_norm, hp.rms_eps), ggml_silu(ctx, z4));
-    return ggml_mul_mat(ctx, L.ssm_out, ggml_reshape_2d(ctx, on, Hv * S, n));
+    ggml_tensor * on = rms_norm_w(ctx, o, L.ssm_norm, hp.rms_eps);   // gated norm: norm(o) · silu(z)
+    if (ggml_is_contiguous(z)) {
+        on = ggml_reshape_2d(ctx, ggml_mul(ctx, on, ggml_silu(ctx, ggml_reshape_4d(ctx, z, S, Hv, n, 1))), Hv * S, n);
+    } else {   // a row view of the fused projection: one GLU kernel reads it in place
+        on = ggml_swiglu_split(ctx, z, ggml_reshape_2d(ctx, on, Hv * S, n));
+    }
+    return ggml_mul_mat(ctx, L.ssm_out, on);
 }
 
 // Gated full attention (§2.1.1): Q and a sigmoid output gate come from one projection.

@@ -43,6 +43,11 @@ int32_t luce_model_n_ctx_train(const luce_model * m) { return m->impl->hp.n_ctx_
 uint64_t luce_model_n_params(const luce_model * m) { return m->impl->n_params; }
 uint64_t luce_model_weight_bytes(const luce_model * m) { return m->impl->weight_bytes; }
 const char * luce_model_type_summary(const luce_model * m) { return m->impl->type_summary.c_str(); }
+int32_t luce_model_n_fused(const luce_model * m) {
+    int32_t n = 0;
+    for (const auto & L : m->impl->layers) n += (L.ffn_gate_up.w != nullptr) + (L.ssm_in.w != nullptr);
+    return n;
+}
 
 luce_engine_params luce_engine_default_params(void) {
     luce_engine_params p{};

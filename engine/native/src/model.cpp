@@ -1,10 +1,12 @@
 #include "model.h"
 #include "device.h"
 #include "error.h"
+#include "weight_fusion.h"
 
 #include "ggml-alloc.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 namespace luce {
@@ -104,7 +106,7 @@ std::unique_ptr<Model> load_model(const std::string & path, const std::string & 
     m->n_threads = n_threads > 0 ? n_threads : default_thread_count();
 
     // Headers for every weight we use; sizes are known before any data moves.
-    const size_t n_tensors_max = 16 + 32 * size_t(m->hp.n_layer);
+    const size_t n_tensors_max = 16 + 48 * size_t(m->hp.n_layer);   // file tensors + fused tensors and views
     ggml_init_params ip = {ggml_tensor_overhead() * n_tensors_max, nullptr, /*no_alloc=*/true};
     m->ctx = ggml_init(ip);
     TensorLoader tl(f, m->ctx);
@@ -141,12 +143,26 @@ std::unique_ptr<Model> load_model(const std::string & path, const std::string & 
             f.fail(LUCE_ERR_MEMORY, "weights need " + format_bytes(m->weight_bytes) + " but " + m->device_name +
                                         " has " + format_bytes(free_b) + " free; use a smaller quantization or another device");
         }
-        m->buffer = ggml_backend_alloc_ctx_tensors_from_buft(m->ctx, ggml_backend_dev_buffer_type(m->dev));
+        // LUCE_NO_WEIGHT_FUSION=1 keeps every file tensor separate (for A/B measurements)
+        const char * no_fuse = std::getenv("LUCE_NO_WEIGHT_FUSION");
+        const WeightLayout layout = plan_weight_layout(*m, tl.entries(), !(no_fuse && *no_fuse && *no_fuse != '0'));
+        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(m->dev);
+        const size_t align = ggml_backend_buft_get_alignment(buft);
+        size_t total = 0;
+        for (ggml_tensor * t : layout.alloc) total += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
+        m->buffer = ggml_backend_buft_alloc_buffer(buft, total);
         if (!m->buffer) {
             f.fail(LUCE_ERR_MEMORY, "cannot allocate " + format_bytes(m->weight_bytes) + " for weights on " + m->device_name);
         }
-        for (auto & e : tl.entries()) {
-            ggml_backend_tensor_set(e.tensor, f.mapped_data(e.file_offset), 0, ggml_nbytes(e.tensor));
+        ggml_tallocr talloc = ggml_tallocr_new(m->buffer);
+        for (ggml_tensor * t : layout.alloc) {
+            if (ggml_tallocr_alloc(&talloc, t) != GGML_STATUS_SUCCESS) {
+                f.fail(LUCE_ERR_MEMORY, std::string("cannot place weight ") + t->name + " in its buffer");
+            }
+        }
+        for (ggml_tensor * v : layout.views) ggml_backend_view_init(v);
+        for (const WeightUpload & u : layout.uploads) {
+            ggml_backend_tensor_set(u.dst, f.mapped_data(u.file_offset), u.dst_offset, u.nbytes);
         }
     }
     ggml_backend_buffer_set_usage(m->buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);

@@ -30,6 +30,14 @@ struct HParams {
     int conv_channels() const { return 2 * ssm_groups * ssm_state + ssm_heads * ssm_state; }
 };
 
+// Several projections of one input stored back to back in one weight (weight_fusion.h): one matmul
+// whose output rows [offset[i], offset[i] + rows of part i) are part i; offset -1: not fused.
+struct FusedProjection {
+    ggml_tensor * w = nullptr;
+    std::vector<int64_t> offset;
+    int64_t at(size_t part) const { return w && part < offset.size() ? offset[part] : -1; }
+};
+
 struct LayerWeights {
     ggml_tensor *attn_norm = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
     ggml_tensor *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;   // optional biases
@@ -39,6 +47,8 @@ struct LayerWeights {
     // qwen35 DeltaNet layers (ffn_norm holds post_attention_norm)
     ggml_tensor *ssm_qkv = nullptr, *ssm_gate = nullptr, *ssm_beta = nullptr, *ssm_alpha = nullptr;
     ggml_tensor *ssm_dt_b = nullptr, *ssm_a = nullptr, *ssm_conv1d = nullptr, *ssm_norm = nullptr, *ssm_out = nullptr;
+    FusedProjection ffn_gate_up;   // parts: ffn_gate, ffn_up
+    FusedProjection ssm_in;        // parts: ssm_qkv, ssm_gate, ssm_beta, ssm_alpha
 };
 
 struct Model;
