@@ -437,6 +437,18 @@ def scorer_defaults():
             "sparse_window": p.sparse_window, "n_layers": p.n_layers}
 
 
+def scorer_plan(CoreModel model, int n_tokens, int n_tail=8, int n_batch=512, int sparse_threshold=32768,
+                int sparse_sink=256, int sparse_window=2048, int n_layers=0, bint check=True):
+    """Memory plan of one scoring call on `model` (which may be plan-only); InsufficientMemoryError
+    when it does not fit (unless check=False)."""
+    cdef luce_scorer_params p = _scorer_params(n_batch, sparse_threshold, sparse_sink, sparse_window, n_layers)
+    cdef luce_memory_plan plan
+    cdef luce_status st = luce_scorer_plan(model.ptr, p, n_tokens, n_tail, &plan)
+    if st != LUCE_OK and not (st == LUCE_ERR_MEMORY and not check):
+        raise_status(st)
+    return _plan_dict(&plan)
+
+
 cdef class CoreScorer:
     """A PFlash scorer on a loaded dense CoreModel (kept alive by this object)."""
     cdef luce_scorer * ptr

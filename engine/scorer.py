@@ -93,5 +93,13 @@ class Scorer:
         attended_keys vs dense_keys, planned and allocated kv/compute bytes; graph counts."""
         return self._core.stats()
 
+    @staticmethod
+    def plan_for(model: Model, n_tokens: int, *, n_tail: int = 8, check: bool = True, **params) -> dict:
+        """plan() without a Scorer: `model` may be opened with plan_only=True (nothing is read).
+        params: n_batch, sparse_threshold, sparse_sink, sparse_window, n_layers."""
+        p = {k: params.get(k, DEFAULTS[k]) for k in DEFAULTS}
+        return _core.scorer_plan(model._core, n_tokens, n_tail, p["n_batch"], p["sparse_threshold"],
+                                 p["sparse_sink"], p["sparse_window"], p["n_layers"], check)
+
     def __repr__(self) -> str:
         return f"Scorer({self.model.name!r}, sparse above {self.sparse_threshold} tokens)"

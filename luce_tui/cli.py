@@ -201,6 +201,7 @@ def print_plan(settings: config.EngineSettings) -> int:
              if _uses_draft(settings) else None)
     block = draft["info"]["block_size"] if draft else None
     n_verify_max = _n_verify_max(block, settings.draft_max)
+    scorer = _plan_scorer(settings, n_ctx)
 
     def target_plan(n_ctx: int, tk: str, tv: str, check: bool = False, verify: int = n_verify_max) -> dict:
         return model.plan(n_ctx=n_ctx, cache_type_k=tk, cache_type_v=tv, n_verify_max=verify, check=check)
@@ -227,23 +228,48 @@ def print_plan(settings: config.EngineSettings) -> int:
         rows.update(draft_weights=draft["weights"], draft_kv_cache=draft["kv_cache"],
                     draft_compute=draft["compute"], capture_ring=draft["capture_ring"],
                     total=plan["total"] + draft["total"])
+    if scorer is not None:
+        print(f"  scorer {os.path.basename(settings.prefill_drafter)}: scoring an attachment of "
+              f"{scorer['n_tokens']:,} tokens (one that compresses to the context at keep "
+              f"{settings.prefill_keep_ratio:g}) allocates its KV cache and scratch, freed afterwards")
+        rows.update(scorer_weights=scorer["weights"], scorer_kv_cache=scorer["kv_cache"],
+                    scorer_compute=scorer["compute"], total=rows["total"] + scorer["total"])
     print(config.format_plan(rows))
     if budget is None:
         return 0
 
     draft_total = draft["total"] if draft else 0
+    # the scorer's weights stay resident, and a scoring call's memory comes on top while it runs
+    scorer_total = scorer["total"] if scorer else 0
 
     def need(p: dict) -> int:
-        return p["total"] - p.get("outputs", 0) + draft_total   # host logits live in system memory
+        return p["total"] - p.get("outputs", 0) + draft_total + scorer_total   # host logits live in system memory
 
     total_need = need(plan)
     if total_need > budget:
         hints = _plan_hints(settings, n_ctx, budget, draft_total, n_verify_max if draft else 0, block or 0,
                             lambda n, tk, tv, verify=n_verify_max: need(target_plan(n, tk, tv, verify=verify)))
+        if scorer_total:
+            hints += (f"; or turn prefill compression off (--prefill-compression off saves "
+                      f"{config.human_bytes(scorer_total)})")
         return _fail(f"does not fit: needs {config.human_bytes(total_need)} of {config.human_bytes(budget)}; "
                      f"{hints}")
     print(f"  fits: {config.human_bytes(budget - total_need)} to spare")
     return 0
+
+
+def _plan_scorer(settings: config.EngineSettings, n_ctx: int) -> dict | None:
+    """The PFlash scorer's part of the plan: its weights, and one scoring call on the largest
+    attachment whose compression still fits the context (n_ctx / keep ratio, at most 1M tokens)."""
+    if not settings.prefill_drafter or settings.prefill_compression == "off":
+        return None
+    from luce_engine import Model, Scorer
+
+    smodel = Model(settings.prefill_drafter, device=settings.device, n_threads=settings.threads, plan_only=True)
+    n_tokens = min(int(n_ctx / settings.prefill_keep_ratio), 1 << 20)
+    p = Scorer.plan_for(smodel, n_tokens, check=False)
+    return {"weights": p["weights"], "kv_cache": p["kv_cache"], "compute": p["compute"],
+            "total": p["weights"] + p["kv_cache"] + p["compute"], "n_tokens": n_tokens}
 
 
 def _plan_hints(settings: config.EngineSettings, n_ctx: int, budget: int, draft_total: int, n_verify: int,

@@ -142,10 +142,12 @@ def parse_bytes(text: str) -> int:
     return int(float(t))
 
 
-PLAN_ROWS = {   # key -> label, in display order; the draft rows appear with --draft
+PLAN_ROWS = {   # key -> label, in display order; draft rows with --draft, scorer rows with --prefill-drafter
     "weights": "weights", "kv_cache": "kv_cache", "recurrent": "recurrent", "compute": "compute",
     "outputs": "outputs", "draft_weights": "draft weights", "draft_kv_cache": "draft KV",
-    "draft_compute": "draft compute", "capture_ring": "capture ring", "total": "total",
+    "draft_compute": "draft compute", "capture_ring": "capture ring",
+    "scorer_weights": "scorer weights", "scorer_kv_cache": "scorer KV", "scorer_compute": "scorer compute",
+    "total": "total",
 }
 
 

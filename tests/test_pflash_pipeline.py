@@ -192,3 +192,20 @@ def test_cli_loads_the_scorer(tmp_path):
     args.prefill_compression = "off"
     _, engine = load(config.engine_settings(args))
     assert engine.compressor is None
+
+
+def test_plan_counts_the_scorer(tmp_path, capsys):
+    from luce_engine import Scorer
+    from luce_tui.cli import main
+
+    scorer_path = write_tiny_gguf(tmp_path / "s.gguf", TinyConfig(arch="qwen3", n_vocab=400, head_dim=32))
+    argv = ["--plan", "--prefill-drafter", scorer_path, "--max-ctx", "4096", "--device", DEVICE, "--config",
+            str(tmp_path / "none.toml")]
+    (tmp_path / "none.toml").write_text("")
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "scorer KV" in out and "scorer compute" in out and "81,920 tokens" in out
+    plan = Scorer.plan_for(Model(scorer_path, device=DEVICE, plan_only=True), 81920, check=False)
+    assert plan["kv_cache"] == 2 * 2 * 81920 * 2 * 32 * 2   # layers x K,V x tokens x Hkv x D x f16
+    assert main(argv + ["--plan-memory", "1MiB"]) == 2
+    assert "--prefill-compression off saves" in capsys.readouterr().err
