@@ -32,12 +32,13 @@ from luce_engine.errors import (
 )
 from luce_engine.model import Model, devices
 from luce_engine.sampling import Sampling
+from luce_engine.scorer import Scorer
 
 __all__ = [
     "Engine", "StepResult", "Model", "devices", "Sampling",
     "EngineError", "ModelFileError", "ModelFormatError", "ModelValidationError", "UnsupportedModelError",
     "DeviceError", "InsufficientMemoryError", "ContextFullError", "GenerationCancelled", "EngineStateError",
-    "ComputeError", "InvalidArgumentError", "DraftModel", "DraftMismatchError",
+    "ComputeError", "InvalidArgumentError", "DraftModel", "DraftMismatchError", "Scorer",
 ]
 
 

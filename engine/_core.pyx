@@ -419,6 +419,131 @@ cdef class CoreDraft:
         return out
 
 
+cdef luce_scorer_params _scorer_params(int n_batch, int sparse_threshold, int sparse_sink, int sparse_window,
+                                       int n_layers):
+    cdef luce_scorer_params p = luce_scorer_default_params()
+    p.n_layers = n_layers
+    p.n_batch = n_batch
+    p.sparse_threshold = sparse_threshold
+    p.sparse_sink = sparse_sink
+    p.sparse_window = sparse_window
+    return p
+
+
+def scorer_defaults():
+    """The native defaults of the scorer's parameters."""
+    cdef luce_scorer_params p = luce_scorer_default_params()
+    return {"n_batch": p.n_batch, "sparse_threshold": p.sparse_threshold, "sparse_sink": p.sparse_sink,
+            "sparse_window": p.sparse_window, "n_layers": p.n_layers}
+
+
+def scorer_plan(CoreModel model, int n_tokens, int n_tail=8, int n_batch=512, int sparse_threshold=32768,
+                int sparse_sink=256, int sparse_window=2048, int n_layers=0, bint check=True):
+    """Memory plan of one scoring call on `model` (which may be plan-only); InsufficientMemoryError
+    when it does not fit (unless check=False)."""
+    cdef luce_scorer_params p = _scorer_params(n_batch, sparse_threshold, sparse_sink, sparse_window, n_layers)
+    cdef luce_memory_plan plan
+    cdef luce_status st = luce_scorer_plan(model.ptr, p, n_tokens, n_tail, &plan)
+    if st != LUCE_OK and not (st == LUCE_ERR_MEMORY and not check):
+        raise_status(st)
+    return _plan_dict(&plan)
+
+
+cdef class CoreScorer:
+    """A PFlash scorer on a loaded dense CoreModel (kept alive by this object)."""
+    cdef luce_scorer * ptr
+    cdef readonly CoreModel model
+    cdef luce_scorer_params params
+
+    def __cinit__(self, CoreModel model, int n_batch=512, int sparse_threshold=32768, int sparse_sink=256,
+                  int sparse_window=2048, int n_layers=0):
+        cdef luce_status st
+        self.model = model
+        self.params = _scorer_params(n_batch, sparse_threshold, sparse_sink, sparse_window, n_layers)
+        with nogil:
+            st = luce_scorer_create(model.ptr, self.params, &self.ptr)
+        _check(st)
+
+    def __dealloc__(self):
+        if self.ptr is not NULL:
+            luce_scorer_free(self.ptr)
+            self.ptr = NULL
+
+    def plan(self, int n_tokens, int n_tail=8, bint check=True):
+        cdef luce_memory_plan plan
+        cdef luce_status st = luce_scorer_plan(self.model.ptr, self.params, n_tokens, n_tail, &plan)
+        if st != LUCE_OK and not (st == LUCE_ERR_MEMORY and not check):
+            raise_status(st)
+        return _plan_dict(&plan)
+
+    def score(self, tokens, int n_tail=8, bint pre_rope=True, progress=None):
+        cdef int32_t[::1] buf = np.ascontiguousarray(tokens, dtype=np.int32)
+        cdef int32_t n = buf.shape[0]
+        if n == 0:
+            raise ValueError("scoring needs at least one token")
+        out = np.empty(n, dtype=np.float32)
+        cdef float[::1] view = out
+        cdef luce_status st
+        cdef _progress_ctx ctx
+        cdef luce_progress_cb cb = NULL
+        if progress is not None:
+            cb = _progress_trampoline
+        errors = []
+        ctx.callback = <PyObject *> progress
+        ctx.errors = <PyObject *> errors
+        with nogil:
+            st = luce_scorer_score(self.ptr, &buf[0], n, n_tail, pre_rope, &view[0], cb, &ctx)
+        if errors:
+            raise errors[0]
+        _check(st)
+        return out
+
+    def score_questions(self, body, questions, int n_tail=8, bint pre_rope=True, progress=None):
+        cdef int32_t[::1] bbuf = np.ascontiguousarray(body, dtype=np.int32)
+        qs = [np.ascontiguousarray(q, dtype=np.int32) for q in questions]
+        if bbuf.shape[0] == 0 or not qs:
+            raise ValueError("scoring needs a body and at least one question")
+        cdef int32_t[::1] qbuf = np.ascontiguousarray(np.concatenate(qs), dtype=np.int32) if sum(len(q) for q in qs) else np.zeros(1, np.int32)
+        cdef int32_t[::1] lbuf = np.array([len(q) for q in qs], dtype=np.int32)
+        cdef int32_t n_body = bbuf.shape[0]
+        cdef int32_t n_q = len(qs)
+        out = np.empty((n_q, n_body), dtype=np.float32)
+        cdef float[:, ::1] view = out
+        cdef luce_status st
+        cdef _progress_ctx ctx
+        cdef luce_progress_cb cb = NULL
+        if progress is not None:
+            cb = _progress_trampoline
+        errors = []
+        ctx.callback = <PyObject *> progress
+        ctx.errors = <PyObject *> errors
+        with nogil:
+            st = luce_scorer_score_questions(self.ptr, &bbuf[0], n_body, &qbuf[0], &lbuf[0], n_q, n_tail, pre_rope,
+                                             &view[0, 0], cb, &ctx)
+        if errors:
+            raise errors[0]
+        _check(st)
+        return out
+
+    def cancel(self):
+        with nogil:
+            luce_scorer_cancel(self.ptr)
+
+    def clear_cancel(self):
+        luce_scorer_clear_cancel(self.ptr)
+
+    def stats(self):
+        cdef luce_scorer_stats s
+        _check(luce_scorer_get_stats(self.ptr, &s))
+        return {"n_tokens": s.n_tokens, "n_tail": s.n_tail, "n_dense_batches": s.n_dense_batches,
+                "n_sparse_batches": s.n_sparse_batches, "attended_keys": s.attended_keys,
+                "dense_keys": s.dense_keys, "forward_ms": s.forward_ms, "tail_ms": s.tail_ms,
+                "total_ms": s.total_ms, "planned_kv_bytes": s.planned_kv_bytes,
+                "planned_compute_bytes": s.planned_compute_bytes, "kv_bytes": s.kv_bytes,
+                "compute_bytes": s.compute_bytes, "n_graph_builds": s.n_graph_builds,
+                "n_graph_reuses": s.n_graph_reuses}
+
+
 cdef dict _draft_info_dict(luce_draft_info * i):
     return {
         "arch": i.arch.decode(), "dialect": "lucebox" if i.dialect == LUCE_DRAFT_LUCEBOX else "llama",

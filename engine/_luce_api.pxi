@@ -179,6 +179,46 @@ cdef extern from "luce.h" nogil:
     luce_status luce_draft_run(luce_draft * draft, int32_t x0, int32_t pos0, int32_t * out_tokens)
     luce_status luce_draft_logits(const luce_draft * draft, int32_t first, int32_t n, float * out)
 
+    # ---- PFlash scorer
+    ctypedef struct luce_scorer:
+        pass
+    ctypedef struct luce_scorer_params:
+        int32_t n_batch
+        int32_t sparse_threshold
+        int32_t sparse_sink
+        int32_t sparse_window
+        int32_t n_layers
+    luce_scorer_params luce_scorer_default_params()
+    luce_status luce_scorer_plan(const luce_model * model, luce_scorer_params params, int32_t n_tokens, int32_t n_tail,
+                                 luce_memory_plan * plan)
+    luce_status luce_scorer_create(luce_model * model, luce_scorer_params params, luce_scorer ** out)
+    void luce_scorer_free(luce_scorer * scorer)
+    luce_status luce_scorer_score(luce_scorer * scorer, const int32_t * tokens, int32_t n_tokens, int32_t n_tail,
+                                  bint pre_rope, float * scores, luce_progress_cb progress, void * user_data)
+    luce_status luce_scorer_score_questions(luce_scorer * scorer, const int32_t * body, int32_t n_body,
+                                            const int32_t * questions, const int32_t * lens, int32_t n_questions,
+                                            int32_t n_tail, bint pre_rope, float * scores,
+                                            luce_progress_cb progress, void * user_data)
+    void luce_scorer_cancel(luce_scorer * scorer)
+    void luce_scorer_clear_cancel(luce_scorer * scorer)
+    ctypedef struct luce_scorer_stats:
+        int32_t n_tokens
+        int32_t n_tail
+        int32_t n_dense_batches
+        int32_t n_sparse_batches
+        int64_t attended_keys
+        int64_t dense_keys
+        double forward_ms
+        double tail_ms
+        double total_ms
+        uint64_t planned_kv_bytes
+        uint64_t planned_compute_bytes
+        uint64_t kv_bytes
+        uint64_t compute_bytes
+        int64_t n_graph_builds
+        int64_t n_graph_reuses
+    luce_status luce_scorer_get_stats(const luce_scorer * scorer, luce_scorer_stats * out)
+
     # ---- DFlash draft memory plan
     ctypedef struct luce_draft_plan_info:
         luce_draft_info info

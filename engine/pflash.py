@@ -3,8 +3,18 @@
 A scorer model gives every attachment token an importance score (the attention the question's
 tokens pay it; ALGORITHMS.md §4). This module turns those scores into the kept token spans:
 
-    scores ──smooth──► 32-token chunk scores ──► forced head/tail + question anchors + best chunks
+    scores ──pool──► 32-token chunk scores ──► forced head/tail + question anchors + best chunks
            ──► kept chunks in original order, merged into spans ──► target-token spans
+
+Pooling (default "lookback"): a token's pooled score is the maximum score among itself, the
+`pool_back` tokens before it and the `pool_forward` after it. The question's attention lands on
+the *key* of what it asks for ("... magic wolverine number is: 6469242" → "wolverine"), while the
+target needs what follows the key; the sliding maximum lets the next dozen tokens inherit the key's
+relevance, so a key at the end of one chunk carries the value in the next chunk with it. Max rather
+than mean pooling (as SnapKV clusters attention) keeps one strong key from being averaged away.
+On the needle haystacks of tests/test_pflash_needle.py (SmolLM2 scorer, 34 multi-key cases) this
+kept the asked needle in 34/34 cases at keep 0.1 and 29/34 at keep 0.05, against 26/34 and 18/34
+for the centered 5-token mean ("mean", lucebox's kernel), which remains available.
 
 Only attachment text goes through here: the system prompt, earlier turns and the question are
 never compressed (the caller substitutes the kept spans for the attachment alone). When scorer and
@@ -28,7 +38,11 @@ class SelectionConfig:
     keep_ratio: float = 0.05      # fraction of chunks kept (at least one)
     head_chunks: int = 8          # the attachment's first chunks, always kept ...
     tail_chunks: int = 8          # ... and its last ones (scaled down to fit the budget)
-    pool_kernel: int = 5          # centered average pool over token scores (odd)
+    pool: str = "lookback"        # "lookback": sliding max over [j - pool_back, j + pool_forward];
+                                  # "mean": centered average over pool_kernel tokens
+    pool_kernel: int = 5          # "mean": window (odd)
+    pool_back: int = 12           # "lookback": tokens before j whose score j inherits
+    pool_forward: int = 2         # "lookback": tokens after j
     anchor_n: int = 4             # question n-grams that force the chunks they occur in
     anchor_max_occurrences: int = 8   # an n-gram found more often than this is not distinctive
     anchor_neighbours: int = 2    # chunks kept on each side of an anchor's chunk
@@ -40,6 +54,10 @@ class SelectionConfig:
             raise ValueError("keep_ratio must be in (0, 1]")
         if self.pool_kernel < 1 or self.pool_kernel % 2 == 0:
             raise ValueError("pool_kernel must be a positive odd number")
+        if self.pool not in ("lookback", "mean"):
+            raise ValueError("pool must be 'lookback' or 'mean'")
+        if self.pool_back < 0 or self.pool_forward < 0:
+            raise ValueError("pool_back and pool_forward must be >= 0")
         if min(self.head_chunks, self.tail_chunks, self.anchor_n, self.anchor_neighbours) < 0:
             raise ValueError("head_chunks, tail_chunks, anchor_n and anchor_neighbours must be >= 0")
 
@@ -77,6 +95,22 @@ def smooth(scores: np.ndarray, kernel: int) -> np.ndarray:
     idx = np.arange(s.size)
     lo, hi = np.maximum(idx - h, 0), np.minimum(idx + h + 1, s.size)
     return (c[hi] - c[lo]) / (hi - lo)
+
+
+def lookback_max(scores: np.ndarray, back: int, forward: int) -> np.ndarray:
+    """out[j] = max(scores[j - back .. j + forward]), the window clipped at the edges."""
+    s = np.asarray(scores, dtype=np.float64)
+    if s.size == 0 or back + forward == 0:
+        return s.copy()
+    padded = np.concatenate([np.full(back, -np.inf), s, np.full(forward, -np.inf)])
+    return np.lib.stride_tricks.sliding_window_view(padded, back + forward + 1).max(axis=1)
+
+
+def pool_scores(scores: np.ndarray, cfg: "SelectionConfig") -> np.ndarray:
+    """The token scores as the chunk ranking sees them (cfg.pool)."""
+    if cfg.pool == "mean":
+        return smooth(scores, cfg.pool_kernel)
+    return lookback_max(scores, cfg.pool_back, cfg.pool_forward)
 
 
 def chunk_scores(token_scores: np.ndarray, chunk: int) -> np.ndarray:
@@ -136,7 +170,7 @@ def select(token_scores: Sequence[float], doc: Sequence[int], question: Sequence
     anchored = anchor_chunks(doc, question, cfg) - forced
     kept = forced | anchored
 
-    ranked = np.argsort(-chunk_scores(smooth(scores, cfg.pool_kernel), cfg.chunk), kind="stable")
+    ranked = np.argsort(-chunk_scores(pool_scores(scores, cfg), cfg.chunk), kind="stable")
     for c in ranked:   # best first; a stable sort keeps the earlier chunk on ties
         if len(kept) >= n_keep:
             break

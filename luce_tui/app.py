@@ -223,6 +223,8 @@ class LuceApp(CommandsMixin, App):
         conv, opts = self.conv, self.opts
 
         def work(job: Job):
+            # PFlash first: a compressed attachment is what has to fit the context
+            conv.compress_attachments(history, job.on_progress)
             prompt = conv.encode(history)
             problem = budget_error(len(prompt), self.engine.n_ctx, min(opts.max_tokens, opts.reply_reserve),
                                    self.model.n_ctx_train)
@@ -312,6 +314,9 @@ class LuceApp(CommandsMixin, App):
                 await self.say(f"the reply was not saved: {e}", "warning")
         self.live.last = reply_summary(result)
         self._show_stats()
+        if result.compression:
+            await self.say(f"{result.compression}: scorer {result.scorer_ms / 1e3:.2f} s, "
+                           f"target prefill {result.prefill_ms / 1e3:.2f} s")
         if result.finish_reason == "context":
             await self.say("the context is full: /new starts over, or restart with a larger --max-ctx", "warning")
 

@@ -58,8 +58,11 @@ class CommandsMixin:
     async def cmd_model(self, rest: str) -> None:
         m, eng = self.model, self.engine
 
-        def spec(path: str | None, what: str) -> str:
-            return f"{path} (configured; {what} is not available in this build yet)" if path else "none"
+        def prefill_line() -> str:
+            comp = getattr(self.conv, "compressor", None)
+            if comp is not None:
+                return comp.describe()
+            return f"{self.opts.prefill_drafter} (compression off)" if self.opts.prefill_drafter else "none"
 
         def draft_line() -> str:
             d = getattr(eng, "draft", None)
@@ -75,7 +78,7 @@ class CommandsMixin:
             f"model:   {m.name} ({m.arch}, {m.n_params / 1e6:.1f}M params, {config.human_bytes(m.weight_bytes)})",
             f"file:    {m.path}",
             f"draft:   {draft_line()}",
-            f"prefill drafter: {spec(self.opts.prefill_drafter, 'prompt compression')}",
+            f"prefill drafter: {prefill_line()}",
             f"device:  {m.device}",
             f"weights: {m.weight_types}",
             f"context: n_ctx {eng.n_ctx:,} (trained {m.n_ctx_train:,}), KV {eng.cache_type_k}/{eng.cache_type_v}",
@@ -160,6 +163,12 @@ class CommandsMixin:
         self._refresh_chips()
         n_ctx = self.engine.n_ctx
         total = sum(a.n_tokens for a in self.pending)
+        comp = getattr(self.conv, "compressor", None)
+        if comp is not None and comp.applies(total):
+            kept = int(total * comp.config.keep_ratio) + 1
+            await self.say(f"attachments of {total:,} tokens will be compressed to about {kept:,} "
+                           f"(keep {comp.config.keep_ratio:.0%}) for your question")
+            total = kept
         problem = attachments.budget_error(self.engine.n_past + total, n_ctx,
                                            min(self.opts.max_tokens, self.opts.reply_reserve), self.model.n_ctx_train)
         if problem:

@@ -33,6 +33,13 @@ def _positive(value: str) -> int:
     return n
 
 
+def _ratio(value: str) -> float:
+    r = float(value)
+    if not 0.0 < r <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a ratio in (0, 1], got {value}")
+    return r
+
+
 def _non_negative(value: str) -> int:
     n = int(value)
     if n < 0:
@@ -64,7 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--spec", choices=("off", "chain"),
                        help="speculative decoding with --draft: chain (default) or off")
     model.add_argument("--prefill-drafter", metavar="PATH",
-                       help="PFlash scorer model for long prompts (not in this build yet)")
+                       help="PFlash scorer GGUF (a small llama/qwen3 model, e.g. Qwen3-0.6B): long attachments are "
+                            "compressed to the parts it ranks relevant to the question before the target prefills them")
+    model.add_argument("--prefill-compression", choices=("off", "auto", "always"),
+                       help="with --prefill-drafter: compress attachments above --prefill-threshold (auto, the "
+                            "default), always, or never (off)")
+    model.add_argument("--prefill-threshold", type=_non_negative, metavar="N",
+                       help=f"auto compression: a message's attachments of more than N tokens "
+                            f"(default: {config.DEFAULT_PREFILL_THRESHOLD})")
+    model.add_argument("--prefill-keep-ratio", type=_ratio, metavar="R",
+                       help=f"share of an attachment's 32-token chunks kept (default: {config.DEFAULT_KEEP_RATIO})")
     # The engine validates the device and lists the available ones in its error message.
     model.add_argument("--device", help="auto, cpu or cuda:N (default: auto)")
     model.add_argument("--max-ctx", type=_positive, metavar="N",
@@ -124,6 +140,9 @@ def load(settings: config.EngineSettings, *, verbose: bool = False):
         engine.speculator = ChainSpeculator(engine, draft, max_draft=settings.draft_max,
                                             capture_ring=config.CAPTURE_RING)
         engine.draft = draft
+    engine.compressor = _compressor(settings, model)
+    if verbose and engine.compressor is not None:
+        print(f"luce-chat: prefill compression: {engine.compressor.describe()}", file=sys.stderr)
     if verbose and draft is not None:
         print(f"luce-chat: draft {os.path.basename(settings.draft)} ({draft.dialect} dialect, block {draft.block_size}, "
               f"features of target layers {list(draft.capture_layers)})", file=sys.stderr)
@@ -132,6 +151,19 @@ def load(settings: config.EngineSettings, *, verbose: bool = False):
               f"n_ctx {engine.n_ctx}, KV {engine.cache_type_k}/{engine.cache_type_v}, "
               f"loaded in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
     return model, engine
+
+
+def _compressor(settings: config.EngineSettings, model):
+    """The PFlash scorer for long attachments (--prefill-drafter), on the target's device."""
+    if not settings.prefill_drafter or settings.prefill_compression == "off":
+        return None
+    from luce_engine import Model, Scorer
+    from luce_engine.prefill_compression import AttachmentCompressor
+
+    scorer = Scorer(Model(settings.prefill_drafter, device=settings.device, n_threads=settings.threads))
+    scorer.tokenizer   # built now, so its errors surface at start-up
+    return AttachmentCompressor(scorer, model.tokenizer, mode=settings.prefill_compression,
+                                threshold=settings.prefill_threshold, keep_ratio=settings.prefill_keep_ratio)
 
 
 def _n_ctx(settings: config.EngineSettings, model) -> int:
@@ -169,6 +201,7 @@ def print_plan(settings: config.EngineSettings) -> int:
              if _uses_draft(settings) else None)
     block = draft["info"]["block_size"] if draft else None
     n_verify_max = _n_verify_max(block, settings.draft_max)
+    scorer = _plan_scorer(settings, n_ctx)
 
     def target_plan(n_ctx: int, tk: str, tv: str, check: bool = False, verify: int = n_verify_max) -> dict:
         return model.plan(n_ctx=n_ctx, cache_type_k=tk, cache_type_v=tv, n_verify_max=verify, check=check)
@@ -195,23 +228,48 @@ def print_plan(settings: config.EngineSettings) -> int:
         rows.update(draft_weights=draft["weights"], draft_kv_cache=draft["kv_cache"],
                     draft_compute=draft["compute"], capture_ring=draft["capture_ring"],
                     total=plan["total"] + draft["total"])
+    if scorer is not None:
+        print(f"  scorer {os.path.basename(settings.prefill_drafter)}: scoring an attachment of "
+              f"{scorer['n_tokens']:,} tokens (one that compresses to the context at keep "
+              f"{settings.prefill_keep_ratio:g}) allocates its KV cache and scratch, freed afterwards")
+        rows.update(scorer_weights=scorer["weights"], scorer_kv_cache=scorer["kv_cache"],
+                    scorer_compute=scorer["compute"], total=rows["total"] + scorer["total"])
     print(config.format_plan(rows))
     if budget is None:
         return 0
 
     draft_total = draft["total"] if draft else 0
+    # the scorer's weights stay resident, and a scoring call's memory comes on top while it runs
+    scorer_total = scorer["total"] if scorer else 0
 
     def need(p: dict) -> int:
-        return p["total"] - p.get("outputs", 0) + draft_total   # host logits live in system memory
+        return p["total"] - p.get("outputs", 0) + draft_total + scorer_total   # host logits live in system memory
 
     total_need = need(plan)
     if total_need > budget:
         hints = _plan_hints(settings, n_ctx, budget, draft_total, n_verify_max if draft else 0, block or 0,
                             lambda n, tk, tv, verify=n_verify_max: need(target_plan(n, tk, tv, verify=verify)))
+        if scorer_total:
+            hints += (f"; or turn prefill compression off (--prefill-compression off saves "
+                      f"{config.human_bytes(scorer_total)})")
         return _fail(f"does not fit: needs {config.human_bytes(total_need)} of {config.human_bytes(budget)}; "
                      f"{hints}")
     print(f"  fits: {config.human_bytes(budget - total_need)} to spare")
     return 0
+
+
+def _plan_scorer(settings: config.EngineSettings, n_ctx: int) -> dict | None:
+    """The PFlash scorer's part of the plan: its weights, and one scoring call on the largest
+    attachment whose compression still fits the context (n_ctx / keep ratio, at most 1M tokens)."""
+    if not settings.prefill_drafter or settings.prefill_compression == "off":
+        return None
+    from luce_engine import Model, Scorer
+
+    smodel = Model(settings.prefill_drafter, device=settings.device, n_threads=settings.threads, plan_only=True)
+    n_tokens = min(int(n_ctx / settings.prefill_keep_ratio), 1 << 20)
+    p = Scorer.plan_for(smodel, n_tokens, check=False)
+    return {"weights": p["weights"], "kv_cache": p["kv_cache"], "compute": p["compute"],
+            "total": p["weights"] + p["kv_cache"] + p["compute"], "n_tokens": n_tokens}
 
 
 def _plan_hints(settings: config.EngineSettings, n_ctx: int, budget: int, draft_total: int, n_verify: int,
@@ -310,6 +368,8 @@ def run_once(engine, question: str, sampling, args) -> int:
 
     result = conv.reply(question, sampling=sampling, max_tokens=args.max_tokens, on_text=write, on_progress=progress)
     progress.clear()
+    if result.compression and (args.stats or args.verbose):
+        print(f"luce-chat: {result.compression}", file=sys.stderr)
     out.write("\n")
     out.flush()
     if args.stats or args.verbose:
@@ -319,14 +379,11 @@ def run_once(engine, question: str, sampling, args) -> int:
     return EXIT_INTERRUPTED if result.finish_reason == "cancelled" else 0
 
 
-SPECULATIVE_NOTE = ("prompt compression (PFlash) is not available in this build yet: {flags} accepted but not used "
-                    "(long prompts are prefilled in full)")
-
-
 def speculative_note(args) -> str | None:
-    """What to tell the user when a feature this build lacks was configured (never faked)."""
-    given = [flag for flag, value in (("--prefill-drafter", args.prefill_drafter),) if value]
-    return SPECULATIVE_NOTE.format(flags=" and ".join(given)) if given else None
+    """What to tell the user when a setting will not do what it says (never faked)."""
+    if getattr(args, "prefill_drafter", None) is None and getattr(args, "prefill_compression", None) == "always":
+        return "--prefill-compression always needs a scorer: set --prefill-drafter PATH (attachments are prefilled in full)"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

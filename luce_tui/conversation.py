@@ -13,6 +13,13 @@ Messages are dicts with "role" and "content"; a user message may also carry "att
 of {"name", "text"} parts that are rendered into the prompt at send time (after the typed text, one
 fenced block per file), so the files stay separate parts of the message for whoever needs them
 (the session store, a prompt compressor). Other keys (e.g. the session store's "id") are ignored.
+
+Prefill compression (PFlash): with a compressor on the engine (`engine.compressor`, an
+AttachmentCompressor), the attachments of a new user message that pass its policy are replaced, in
+the prompt only, by the parts a scorer model ranks relevant to the message's typed question
+(`compress_attachments`). The kept text is stored on the attachment part ("compressed"), so later
+turns render the same prompt (the context prefix stays reusable) and the original stays in "text".
+Only attachments are ever compressed: the system prompt, earlier turns and the question are not.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ class TurnResult:
     n_steps: int = 0            # engine steps (each commits one token, more with an accepted draft)
     n_drafted: int = 0          # draft tokens proposed / accepted (0 without a draft model)
     n_accepted: int = 0
+    compression: str | None = None   # "compressed 183,412 → 9,170 tokens (5%)" when this turn compressed
+    scorer_ms: float = 0.0           # the scorer's time for that
 
     @property
     def acceptance(self) -> float | None:
@@ -72,8 +81,10 @@ class TurnResult:
         return self.generated_tokens / self.decode_ms * 1e3 if self.decode_ms > 0 else 0.0
 
     def summary(self) -> str:
-        return (f"prompt {self.prompt_tokens} tok ({self.reused_tokens} reused), "
-                f"prefill {self.prefill_tokens} tok @ {self.prefill_tps:.1f} tok/s | "
+        pflash = f"{self.compression}, scorer {self.scorer_ms / 1e3:.2f} s | " if self.compression else ""
+        return (f"{pflash}prompt {self.prompt_tokens} tok ({self.reused_tokens} reused), "
+                f"prefill {self.prefill_tokens} tok @ {self.prefill_tps:.1f} tok/s "
+                f"({self.prefill_ms / 1e3:.2f} s) | "
                 f"generated {self.generated_tokens} tok @ {self.decode_tps:.1f} tok/s | "
                 f"finish: {self.finish_reason}")
 
@@ -88,13 +99,23 @@ def fence(text: str) -> str:
 
 
 def render_content(message: dict) -> str:
-    """A message's prompt text: its typed content, then each attachment as a fenced block."""
+    """A message's prompt text: its typed content, then each attachment as a fenced block (the kept
+    excerpts of a compressed attachment, under a title that says so)."""
     content = message.get("content") or ""
     parts = [content] if content else []
     for att in message.get("attachments") or ():
-        f = fence(att["text"])
-        parts.append(f"{att['name']}:\n{f}\n{att['text'].rstrip(chr(10))}\n{f}")
+        text, title = att["text"], att["name"]
+        if att.get("compressed") is not None:
+            text, title = att["compressed"], f"{att['name']} (excerpts)"
+        f = fence(text)
+        parts.append(f"{title}:\n{f}\n{text.rstrip(chr(10))}\n{f}")
     return "\n\n".join(parts)
+
+
+def combined_summary(infos: list[dict]) -> str:
+    """'compressed 183,412 → 9,170 tokens (5%)' over one or more compressed attachments."""
+    before, after = sum(i["n_original"] for i in infos), sum(i["n_kept"] for i in infos)
+    return f"compressed {before:,} → {after:,} tokens ({after / before if before else 1.0:.0%})"
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -121,6 +142,8 @@ class Conversation:
         self.last: TurnResult | None = None
         self._stop: threading.Event | None = None      # the running turn's, for cancel()
         self._encoded: tuple[str, list[int]] | None = None   # last render -> ids (big attachments)
+        self.compressor = getattr(engine, "compressor", None)   # PFlash (AttachmentCompressor) or None
+        self._compressed: list[dict] = []              # compressions of the turn being prepared
 
     # -- prompt ----------------------------------------------------------------------------
     def chat_messages(self, history: list[dict] | None = None) -> list[dict]:
@@ -157,6 +180,34 @@ class Conversation:
         if self._stop is not None:
             self._stop.set()
         self.engine.cancel()
+        if self.compressor is not None:
+            self.compressor.cancel()
+
+    def compress_attachments(self, history: list[dict], progress: ProgressFn | None = None) -> str | None:
+        """PFlash: compresses the attachments of history's last message (a user message) that the
+        compressor's policy selects, for that message's typed question; returns the notice
+        ("compressed 183,412 → 9,170 tokens (5%)") or None. Idempotent: compressed attachments keep
+        their excerpts. An attachment part's "compress" key (True/False) overrides the policy.
+        Raises GenerationCancelled when cancel() stops the scorer."""
+        comp = self.compressor
+        if comp is None or not history or history[-1].get("role") != "user":
+            return None
+        msg = history[-1]
+        atts = [a for a in msg.get("attachments") or () if a.get("compressed") is None and a.get("text")]
+        if not atts:
+            return None
+        n_total = sum(a.get("n_tokens") or len(self.tokenizer.encode(a["text"], parse_special=False)) for a in atts)
+        chosen = [a for a in atts if comp.applies(n_total, a.get("compress"))]
+        question = msg.get("content") or ""
+        infos = []
+        for att in chosen:
+            c = comp.compress(att["text"], question, progress=progress)
+            att["compressed"] = c.kept_text(self.tokenizer)
+            att["compression"] = {"n_original": c.n_original, "n_kept": c.n_kept, "scorer_ms": c.scorer_ms,
+                                  "keep_ratio": comp.config.keep_ratio}
+            infos.append(att["compression"])
+        self._compressed += infos
+        return combined_summary(infos) if infos else None
 
     def prefill_history(self, progress: ProgressFn | None = None) -> int:
         """Evaluate the messages (no generation prompt) so the next turn only prefills its new
@@ -209,6 +260,9 @@ class Conversation:
              on_progress: ProgressFn | None, on_step: StepFn | None = None,
              on_start: StartFn | None = None) -> TurnResult:
         # Everything that can fail before generation leaves self.messages untouched.
+        with _sigint_cancels(self.cancel):
+            self.compress_attachments(history, on_progress)
+        compressed, self._compressed = self._compressed, []
         prompt = self.encode(history)
         if not prompt:
             raise ConversationError("the chat template rendered an empty prompt")
@@ -223,7 +277,7 @@ class Conversation:
         text, reason, generated, reused = [], "cancelled", 0, 0
         steps = drafted = accepted = 0
         self._stop = stop
-        with _sigint_cancels(self.engine, stop):
+        with _sigint_cancels(lambda: (stop.set(), self.engine.cancel())):
             worker.start()
             try:
                 while (ev := events.get())[0] != "end":
@@ -268,7 +322,9 @@ class Conversation:
             prefill_tokens=after["n_prefill_tokens"] - before["n_prefill_tokens"],
             prefill_ms=after["prefill_ms"] - before["prefill_ms"],
             generated_tokens=generated, decode_ms=after["decode_ms"] - before["decode_ms"],
-            n_steps=steps, n_drafted=drafted, n_accepted=accepted)
+            n_steps=steps, n_drafted=drafted, n_accepted=accepted,
+            compression=combined_summary(compressed) if compressed else None,
+            scorer_ms=sum(c["scorer_ms"] for c in compressed))
         return self.last
 
     def _generate(self, prompt: list[int], sampling: Sampling, max_tokens: int, stop: threading.Event,
@@ -298,17 +354,17 @@ class Conversation:
 
 
 class _sigint_cancels:
-    """While a reply is generated, Ctrl+C cancels the engine instead of raising KeyboardInterrupt.
+    """While a reply is prepared or generated, Ctrl+C calls `cancel` (stopping the engine or the
+    scorer at its next graph boundary) instead of raising KeyboardInterrupt.
 
     Only the main thread may install signal handlers; elsewhere this does nothing.
     """
 
-    def __init__(self, engine: Engine, stop: threading.Event):
-        self.engine, self.stop, self.previous = engine, stop, None
+    def __init__(self, cancel: Callable[[], object]):
+        self.cancel, self.previous = cancel, None
 
     def _handler(self, signum, frame) -> None:
-        self.stop.set()
-        self.engine.cancel()
+        self.cancel()
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():

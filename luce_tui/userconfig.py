@@ -7,6 +7,10 @@ It holds model paths and defaults; flags given on the command line override it. 
     max_ctx = 32768
     cache_type_k = "q8_0"
     theme = "dark"
+    prefill_drafter = "~/models/Qwen3-0.6B-BF16.gguf"   # PFlash scorer for long attachments
+    prefill_compression = "auto"                       # off | auto | always
+    prefill_threshold = 32000
+    prefill_keep_ratio = 0.05
 
     [sampling]
     temperature = 0.6
@@ -28,6 +32,9 @@ KEYS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "target": (str, None),
     "draft": (str, None),
     "prefill_drafter": (str, None),
+    "prefill_compression": (str, "auto"),
+    "prefill_threshold": (int, config.DEFAULT_PREFILL_THRESHOLD),
+    "prefill_keep_ratio": ((int, float), config.DEFAULT_KEEP_RATIO),
     "device": (str, "auto"),
     "max_ctx": (int, None),            # None: config.DEFAULT_MAX_CTX (and "not given" for the cap note)
     "cache_type_k": (str, "f16"),
@@ -89,6 +96,12 @@ def load(path: str | os.PathLike | None = None) -> dict:
     for key in ("cache_type_k", "cache_type_v"):
         if key in out and out[key] not in config.CACHE_TYPES:
             raise ConfigError(f"{p}: {key} must be one of {', '.join(config.CACHE_TYPES)}")
+    if out.get("prefill_compression", "auto") not in ("off", "auto", "always"):
+        raise ConfigError(f"{p}: prefill_compression must be one of off, auto, always")
+    if not 0 < out.get("prefill_keep_ratio", config.DEFAULT_KEEP_RATIO) <= 1:
+        raise ConfigError(f"{p}: prefill_keep_ratio must be in (0, 1]")
+    if out.get("prefill_threshold", 0) < 0:
+        raise ConfigError(f"{p}: prefill_threshold must be >= 0")
     return out
 
 

@@ -131,3 +131,25 @@ def test_kept_spans_map_to_the_other_tokenizer_without_losing_characters(smol_to
 def test_selection_is_a_dataclass_of_plain_values():
     sel = select([0.5] * 64, list(range(64)))
     assert isinstance(sel, Selection) and isinstance(sel.spans, tuple)
+
+
+def test_lookback_pool_lets_a_value_inherit_its_key():
+    from luce_engine.pflash import lookback_max, pool_scores
+
+    s = np.zeros(64)
+    s[30] = 1.0
+    got = lookback_max(s, 12, 2)
+    assert (got[28:43] == 1.0).all() and got[:28].max() == 0.0 and got[43:].max() == 0.0   # 30-2 .. 30+12
+    np.testing.assert_array_equal(lookback_max(s, 0, 0), s)
+    # a key at the end of chunk 0 carries the next chunk (its value) into the selection
+    scores = np.full(128, 0.01)
+    scores[29] = 1.0
+    sel = select(scores, list(range(128)), (), SelectionConfig(chunk=32, keep_ratio=0.5, head_chunks=0,
+                                                               tail_chunks=0, anchor_n=0))
+    assert sel.chunks == (0, 1)
+    mean = select(scores, list(range(128)), (), SelectionConfig(chunk=32, keep_ratio=0.25, head_chunks=0,
+                                                                tail_chunks=0, anchor_n=0, pool="mean"))
+    assert mean.chunks == (0,)
+    assert pool_scores(scores, SelectionConfig(pool="mean")).max() < 1.0
+    with pytest.raises(ValueError):
+        SelectionConfig(pool="median")

@@ -349,16 +349,15 @@ async def test_palette_provider_has_the_commands(engine):
 
 
 @run_async
-async def test_prefill_drafter_flag_is_not_faked(engine):
+async def test_prefill_drafter_without_a_compressor_says_so(engine):
     from luce_tui.cli import build_parser, speculative_note
 
-    args = build_parser().parse_args(["--prefill-drafter", "/models/d.gguf"])
-    note = speculative_note(args)
-    assert "not available in this build yet" in note
-    assert speculative_note(build_parser().parse_args(["--draft", "/models/d.gguf"])) is None   # drafts work
+    assert speculative_note(build_parser().parse_args(["--prefill-drafter", "/models/d.gguf"])) is None
+    note = speculative_note(build_parser().parse_args(["--prefill-compression", "always"]))
+    assert "needs a scorer" in note   # never faked: without a scorer nothing is compressed
     app = make_app(engine, note=note, prefill_drafter="/models/d.gguf")
     async with app.run_test(size=SIZE) as pilot:
-        assert "not available in this build yet" in last_notice(app, "warning")
+        assert "needs a scorer" in last_notice(app, "warning")
         await type_and_send(pilot, app, "/model", wait=False)
         await pilot.pause()
-        assert "/models/d.gguf (configured;" in last_notice(app)
+        assert "/models/d.gguf (compression off)" in last_notice(app)

@@ -313,6 +313,74 @@ LUCE_API luce_status luce_draft_run(luce_draft * draft, int32_t x0, int32_t pos0
 // Copies logits rows first..first+n-1 of the last run ([n][n_vocab] floats; rows 0..B-1).
 LUCE_API luce_status luce_draft_logits(const luce_draft * draft, int32_t first, int32_t n, float * out);
 
+// ---- PFlash scorer ------------------------------------------------------------------------
+// A small dense model (arch llama or qwen3) that ranks the tokens of a long prompt by the
+// attention its last n_tail tokens (the question) pay them (ALGORITHMS.md §4.2–4.3):
+//   score[j] = mean over tail rows t of ( max over layers and heads of softmax(Q_t·Kᵀ/√d)[j] ),
+// with a causal mask among the tail rows and GQA (query head h reads KV head h / (n_head/n_head_kv)).
+// The [n_tail, S] running maximum lives on the device; the [S, S] matrix never exists.
+// A scorer has its own KV cache (f16, sized to each call's input and freed when the call returns)
+// and its own scratch, so it never touches any luce_engine, not even one on the same model.
+// Inputs longer than sparse_threshold run the scorer's own forward with block-sparse attention
+// (every query sees the first sparse_sink keys and the sparse_window keys before its
+// micro-batch, plus its own micro-batch causally); the tail queries always see every key.
+typedef struct luce_scorer luce_scorer;
+
+typedef struct luce_scorer_params {
+    int32_t n_batch;            // tokens per micro-batch (= the sparse query block); default 512
+    int32_t sparse_threshold;   // inputs of more tokens use block-sparse attention; <= 0: always dense; default 32768
+    int32_t sparse_sink;        // sparse: keys at the start that every query sees; default 256
+    int32_t sparse_window;      // sparse: keys before its micro-batch that a query sees; default 2048
+    int32_t n_layers;           // score with the first n_layers layers only (cost ∝ layers); <= 0: all; default 0
+} luce_scorer_params;
+
+LUCE_API luce_scorer_params luce_scorer_default_params(void);
+
+// Memory a luce_scorer_score() call of n_tokens with n_tail tail queries needs, planned without
+// allocating: KV cache for n_tokens rounded up to 256 at f16, scratch of the largest graph, and
+// host staging (outputs). LUCE_ERR_MEMORY (with a message) when it does not fit the model's
+// device; *plan is filled either way (n_ctx = the cache's token capacity).
+LUCE_API luce_status luce_scorer_plan(const luce_model * model, luce_scorer_params params, int32_t n_tokens,
+                                      int32_t n_tail, luce_memory_plan * plan);
+
+// LUCE_ERR_UNSUPPORTED for a model that is not a dense llama/qwen3 transformer.
+LUCE_API luce_status luce_scorer_create(luce_model * model, luce_scorer_params params, luce_scorer ** out);
+LUCE_API void        luce_scorer_free(luce_scorer * scorer);
+
+// Scores tokens[0..n_tokens-1] (attachment + question; the last n_tail tokens are the tail
+// queries, 1 <= n_tail <= min(n_tokens, 256)) into scores[n_tokens]. pre_rope: Q and K after the
+// q/k norms but before RoPE (removes RoPE's distance decay; ALGORITHMS.md §4.3). Progress is
+// reported per micro-batch (return false to cancel); luce_scorer_cancel() stops at the next graph
+// boundary. The memory plan is checked first (LUCE_ERR_MEMORY if it does not fit).
+LUCE_API luce_status luce_scorer_score(luce_scorer * scorer, const int32_t * tokens, int32_t n_tokens, int32_t n_tail,
+                                       bool pre_rope, float * scores, luce_progress_cb progress, void * user_data);
+// One body (e.g. an attachment), several questions: the body's forward runs once, then each
+// question in turn is evaluated after it (positions n_body.., replacing the previous question) and
+// scores the body with its last n_tail tokens. questions: the questions' tokens back to back,
+// lens[i] tokens each (n_tail <= lens[i] <= max(n_batch, 256)). scores: [n_questions][n_body].
+LUCE_API luce_status luce_scorer_score_questions(luce_scorer * scorer, const int32_t * body, int32_t n_body,
+                                                 const int32_t * questions, const int32_t * lens, int32_t n_questions,
+                                                 int32_t n_tail, bool pre_rope, float * scores,
+                                                 luce_progress_cb progress, void * user_data);
+// Any thread, any time: the running (or next) score call returns LUCE_ERR_CANCELLED.
+LUCE_API void luce_scorer_cancel(luce_scorer * scorer);
+LUCE_API void luce_scorer_clear_cancel(luce_scorer * scorer);
+
+typedef struct luce_scorer_stats {
+    int32_t  n_tokens, n_tail;         // of the last call
+    int32_t  n_dense_batches;          // micro-batches of the forward with every earlier key
+    int32_t  n_sparse_batches;         // micro-batches with sink + window keys only
+    int64_t  attended_keys;            // sum over forward query rows of the keys each attended
+    int64_t  dense_keys;               // what dense causal attention would have attended
+    double   forward_ms, tail_ms, total_ms;
+    uint64_t planned_kv_bytes, planned_compute_bytes;   // the plan of the last call
+    uint64_t kv_bytes;                 // KV cache buffer actually allocated by the last call
+    uint64_t compute_bytes;            // compute buffers after the last call (largest graph, all backends)
+    int64_t  n_graph_builds, n_graph_reuses;             // over the scorer's lifetime
+} luce_scorer_stats;
+
+LUCE_API luce_status luce_scorer_get_stats(const luce_scorer * scorer, luce_scorer_stats * out);
+
 // ---- DFlash draft memory plan ---------------------------------------------------------------
 // What a draft in use costs, before anything is allocated: the file is validated against the
 // target exactly as luce_draft_load() does (same status codes and messages), its weights are

@@ -46,6 +46,8 @@ std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const KvCache 
 ggml_tensor * rms_norm_w(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps);
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * b = nullptr);
 ggml_tensor * swiglu_ffn(ggml_context * ctx, const LayerWeights & L, ggml_tensor * x);
+// The model's RoPE (llama: adjacent pairs, qwen3: NEOX halves) of x [D, H, n] at positions pos [n].
+ggml_tensor * rope(ggml_context * ctx, const Model & m, ggml_tensor * x, ggml_tensor * pos);
 // Causal attention of the new tokens over the cache after writing their K/V. q [D, Hq, n]. Returns [D·Hq, n].
 ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv,
                                const ForwardGraph & g, int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v);

@@ -33,7 +33,7 @@ static ggml_tensor * rotate(ggml_context * ctx, ggml_tensor * x, ggml_tensor * r
     return ggml_reshape_4d(ctx, r, x->ne[0], x->ne[1], x->ne[2], x->ne[3]);
 }
 
-static ggml_tensor * rope(ggml_context * ctx, const Model & m, ggml_tensor * x, ggml_tensor * pos) {
+ggml_tensor * rope(ggml_context * ctx, const Model & m, ggml_tensor * x, ggml_tensor * pos) {
     const HParams & hp = m.hp;
     return ggml_rope_ext(ctx, x, pos, m.rope_freqs, hp.n_rot, hp.rope_type, hp.n_ctx_train, hp.rope_freq_base,
                          hp.rope_freq_scale, /*ext_factor=*/0.0f, /*attn_factor=*/1.0f, /*beta_fast=*/32.0f,

@@ -1,0 +1,406 @@
+// scorer.cpp — the PFlash scorer's memory plan and its scoring pass (see scorer.h).
+#include "scorer.h"
+#include "device.h"
+#include "error.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+namespace luce {
+
+using clock_type = std::chrono::steady_clock;
+static double ms_since(clock_type::time_point t0) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+static constexpr int kPad = 256;          // cache and attended-key granularity (as the engine's)
+static constexpr int kMaxTail = 256;      // tail queries per call
+static int round_up(int x, int to) { return (x + to - 1) / to * to; }
+
+// ---- cache ------------------------------------------------------------------------------------
+
+uint64_t ScorerCache::bytes(const HParams & hp, int n_layers, int n_ctx) {
+    return uint64_t(n_layers) * 2 * uint64_t(n_ctx) * ggml_row_size(GGML_TYPE_F16, int64_t(hp.head_dim) * hp.n_head_kv);
+}
+
+void ScorerCache::allocate(const Model & m, int layers, int n) {
+    const HParams & hp = m.hp;
+    n_ctx = n;
+    n_layers = layers;
+    ggml_init_params ip = {ggml_tensor_overhead() * size_t(2 * n_layers + 2), nullptr, true};
+    ctx = ggml_init(ip);
+    if (!ctx) throw Error(LUCE_ERR_MEMORY, "cannot create the scorer's cache context");
+    const int64_t row = int64_t(hp.head_dim) * hp.n_head_kv;
+    for (int il = 0; il < n_layers; ++il) {
+        k.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F16, row, n_ctx));
+        v.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F16, row, n_ctx));
+        ggml_format_name(k.back(), "scorer_k_l%d", il);
+        ggml_format_name(v.back(), "scorer_v_l%d", il);
+    }
+    buffer = ggml_backend_alloc_ctx_tensors_from_buft(ctx, ggml_backend_dev_buffer_type(m.dev));
+    if (!buffer) {
+        throw Error(LUCE_ERR_MEMORY, "cannot allocate " + format_bytes(bytes(hp, n_layers, n_ctx)) + " for the scorer's KV cache on " +
+                                         m.device_name);
+    }
+    // Cells past the written ones are attended under a -inf mask; on GPUs a masked cell still
+    // enters as 0·V, so it must hold finite values, not whatever the allocation contained.
+    ggml_backend_buffer_clear(buffer, 0);
+}
+
+ScorerCache::~ScorerCache() {
+    if (buffer) ggml_backend_buffer_free(buffer);
+    if (ctx) ggml_free(ctx);
+}
+
+// ---- plan -------------------------------------------------------------------------------------
+
+luce_scorer_params normalized_scorer_params(luce_scorer_params p) {
+    if (p.n_batch <= 0) p.n_batch = 512;
+    p.sparse_sink = std::max(p.sparse_sink, 0);
+    p.sparse_window = std::max(p.sparse_window, 0);
+    return p;
+}
+
+int scorer_layers(const HParams & hp, const luce_scorer_params & p) {
+    return p.n_layers > 0 ? std::min(p.n_layers, hp.n_layer) : hp.n_layer;
+}
+
+// Scratch estimates: the live activations of one layer (ggml-alloc reuses the memory of tensors
+// that are done, so a graph needs about one layer's worth, not n_layer's), the inputs, and the
+// large per-graph tensors. They are upper bounds; stats report what was measured after a call.
+static uint64_t layer_activations(const HParams & hp, uint64_t n) {
+    const uint64_t E = uint64_t(hp.n_embd), F = uint64_t(hp.n_ff);
+    const uint64_t QD = uint64_t(hp.n_head) * hp.head_dim, KVD = uint64_t(hp.n_head_kv) * hp.head_dim;
+    return n * 4 * (4 * E + 3 * F + 3 * QD + 4 * KVD) + n * 16;
+}
+
+static uint64_t body_scratch(const HParams & hp, const luce_scorer_params & p, int n_total, int n_body) {
+    if (n_body <= 0) return 0;
+    const uint64_t KVD = uint64_t(hp.n_head_kv) * hp.head_dim;
+    const uint64_t nb = uint64_t(std::min(p.n_batch, n_body));
+    // the widest batch: the last one (dense), or one of sink + window + batch keys (sparse)
+    const bool long_input = p.sparse_threshold > 0 && n_total > p.sparse_threshold;
+    uint64_t n_kv = uint64_t(round_up(n_body, kPad));
+    if (long_input) n_kv = std::min<uint64_t>(n_kv, uint64_t(round_up(p.sparse_sink + p.sparse_window + p.n_batch, kPad)));
+    uint64_t bytes = layer_activations(hp, nb) + n_kv * nb * 2 + n_kv * 4;
+    if (long_input) bytes += 2 * n_kv * KVD * (4 + 2);   // gathered K and V: F32 rows, then F16
+    return bytes;
+}
+
+static uint64_t tail_scratch(const Model & m, int n_total, int n_question, int n_tail) {
+    const HParams & hp = m.hp;
+    const uint64_t S = uint64_t(n_total), nt = uint64_t(n_tail), Hq = uint64_t(hp.n_head);
+    const uint64_t KVD = uint64_t(hp.n_head_kv) * hp.head_dim;
+    uint64_t bytes = layer_activations(hp, uint64_t(n_question)) + uint64_t(round_up(n_total, kPad)) * uint64_t(n_question) * 2;
+    bytes += S * KVD * 2;                 // the un-rotated keys of one layer (pre-RoPE)
+    bytes += 3 * S * nt * Hq * 4;         // scores, their softmax, the first halving over heads
+    bytes += 3 * S * nt * 4 + S * nt * 2 + S * 4;   // running max (and its update), mask, key positions
+    // A GPU's batched matmul copies the permuted keys to a contiguous F16 temporary (its own pool).
+    if (!device_is_cpu(m.dev)) bytes += S * KVD * 2;
+    return bytes;
+}
+
+luce_memory_plan plan_scorer(const Model & m, const luce_scorer_params & params, int n_tokens, int n_tail, int n_question) {
+    const luce_scorer_params p = normalized_scorer_params(params);
+    const HParams & hp = m.hp;
+    const int n = std::max(n_tokens, 1);
+    n_tail = std::clamp(n_tail, 1, n);
+    n_question = std::clamp(std::max(n_question, n_tail), n_tail, n);
+    luce_memory_plan plan{};
+    plan.n_ctx = round_up(n, kPad);
+    plan.weights = m.weight_bytes;
+    plan.kv_cache = ScorerCache::bytes(hp, scorer_layers(hp, p), plan.n_ctx);
+    plan.compute = std::max(body_scratch(hp, p, n, n - n_question), tail_scratch(m, n, n_question, n_tail));
+    // host: the scores, the downloaded [n_tail, S] maxima, mask staging
+    const uint64_t staging = std::max<uint64_t>(uint64_t(plan.n_ctx) * uint64_t(std::max(p.n_batch, n_question)),
+                                                uint64_t(n) * uint64_t(n_tail)) * 2;
+    plan.outputs = uint64_t(n) * 4 * (1 + uint64_t(n_tail)) + staging;
+    plan.total = plan.weights + plan.kv_cache + plan.compute + plan.outputs;
+    size_t free_b = 0, total_b = 0;
+    ggml_backend_dev_memory(m.dev, &free_b, &total_b);
+    plan.device_free = free_b;
+    return plan;
+}
+
+void check_scorer_plan(const Model & m, const luce_memory_plan & plan, int n_tokens) {
+    // The weights are resident already; a call needs the rest.
+    const uint64_t need = plan.kv_cache + plan.compute + (device_is_cpu(m.dev) ? plan.outputs : 0);
+    if (plan.device_free == 0 || need <= plan.device_free) return;
+    const uint64_t per_token = std::max<uint64_t>(need / uint64_t(std::max(n_tokens, 1)), 1);
+    const int64_t fit = int64_t(plan.device_free / per_token) / kPad * kPad;
+    throw Error(LUCE_ERR_MEMORY, "scoring " + std::to_string(n_tokens) + " tokens with the scorer " + m.name + " needs " +
+                                     format_bytes(plan.kv_cache) + " of KV cache (f16) and " + format_bytes(plan.compute) +
+                                     " of scratch on " + m.device_name + ", but only " + format_bytes(plan.device_free) +
+                                     " is free. Attach less text (about " + std::to_string(std::max<int64_t>(fit, 0)) +
+                                     " tokens fit), free device memory (a smaller --max-ctx for the target), or turn "
+                                     "prefill compression off.");
+}
+
+// ---- scorer -----------------------------------------------------------------------------------
+
+Scorer::Scorer(Model & model, const luce_scorer_params & params) : m_(model), params_(normalized_scorer_params(params)) {
+    if (!m_.buffer) throw Error(LUCE_ERR_STATE, "this model was opened for planning only (no weights loaded)");
+    if (m_.hp.hybrid() || (m_.hp.arch != "llama" && m_.hp.arch != "qwen3")) {
+        throw Error(LUCE_ERR_UNSUPPORTED, m_.name + " is a " + m_.hp.arch +
+                                              " model; the PFlash scorer runs dense llama or qwen3 models (e.g. Qwen3-0.6B)");
+    }
+    backend_ = ggml_backend_dev_init(m_.dev, nullptr);
+    if (!backend_) throw Error(LUCE_ERR_DEVICE, "cannot initialise backend " + m_.device_name);
+    if (device_is_cpu(m_.dev)) {
+        set_backend_threads(backend_, m_.n_threads);
+    } else {
+        cpu_backend_ = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
+        if (!cpu_backend_) throw Error(LUCE_ERR_DEVICE, "cannot initialise the CPU backend");
+        set_backend_threads(cpu_backend_, m_.n_threads);
+    }
+    // A cancel also stops a CPU graph between its nodes (a scorer graph has no state to keep whole).
+    auto abort_cb = [](void * flag) { return static_cast<std::atomic<bool> *>(flag)->load(); };
+    set_backend_abort(cpu_backend_ ? cpu_backend_ : backend_, abort_cb, &cancel_);
+}
+
+Scorer::~Scorer() {
+    graph_.reset();
+    if (sched_) ggml_backend_sched_free(sched_);
+    if (cpu_backend_) ggml_backend_free(cpu_backend_);
+    if (backend_) ggml_backend_free(backend_);
+}
+
+void Scorer::check_cancel() {
+    if (cancel_.exchange(false)) throw Error(LUCE_ERR_CANCELLED, "cancelled");
+}
+
+void Scorer::run(ScorerGraph & g) {
+    const ggml_status st = ggml_backend_sched_graph_compute(sched_, g.gf);
+    if (st == GGML_STATUS_ABORTED) {
+        cancel_.store(false);
+        throw Error(LUCE_ERR_CANCELLED, "cancelled");
+    }
+    if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, "scorer graph computation failed on " + m_.device_name);
+}
+
+void Scorer::use_graph(std::unique_ptr<ScorerGraph> & slot, std::unique_ptr<ScorerGraph> fresh) {
+    slot = std::move(fresh);
+    ggml_backend_sched_reset(sched_);
+    if (!ggml_backend_sched_alloc_graph(sched_, slot->gf)) {
+        slot.reset();
+        throw Error(LUCE_ERR_MEMORY, "cannot allocate the scorer's compute buffers on " + m_.device_name);
+    }
+    stats_.n_graph_builds++;
+}
+
+void Scorer::measure_compute() {
+    uint64_t bytes = 0;
+    for (int i = 0; i < ggml_backend_sched_get_n_backends(sched_); ++i) {
+        bytes += ggml_backend_sched_get_buffer_size(sched_, ggml_backend_sched_get_backend(sched_, i));
+    }
+    stats_.compute_bytes = std::max<uint64_t>(stats_.compute_bytes, bytes);
+}
+
+// toks: the batch's own tokens (positions q0..q1-1)
+void Scorer::eval_body(const ScorerCache & c, const int32_t * toks, int q0, int q1, int n_total) {
+    const ScorerKeys keys = scorer_keys(params_, n_total, q0, q1);
+    const ScorerShape shape{q1 - q0, keys.n_kv, keys.sparse};
+    if (!graph_ || !(graph_->shape == shape)) {
+        graph_.reset();
+        use_graph(graph_, build_scorer_body(m_, c, shape));
+        measure_compute();
+    } else {
+        stats_.n_graph_reuses++;
+    }
+    ScorerGraph & g = *graph_;
+    const int n = q1 - q0;
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    std::vector<int64_t> rows(static_cast<size_t>(n));
+    std::iota(pos.begin(), pos.end(), q0);
+    std::iota(rows.begin(), rows.end(), int64_t(q0));
+    ggml_backend_tensor_set(g.tokens, toks, 0, size_t(n) * sizeof(int32_t));
+    ggml_backend_tensor_set(g.pos, pos.data(), 0, pos.size() * sizeof(int32_t));
+    ggml_backend_tensor_set(g.kv_idx, rows.data(), 0, rows.size() * sizeof(int64_t));
+    if (g.sel) ggml_backend_tensor_set(g.sel, keys.rows.data(), 0, keys.rows.size() * sizeof(int32_t));
+
+    // Row i (position q0 + i) sees key column j iff the cell that column holds is at or before it.
+    const uint16_t zero = ggml_fp32_to_fp16(0.0f), neg_inf = ggml_fp32_to_fp16(-INFINITY);
+    const int n_kv = keys.n_kv;
+    mask_buf_.assign(size_t(n_kv) * size_t(n), neg_inf);
+    for (int i = 0; i < n; ++i) {
+        uint16_t * row = mask_buf_.data() + size_t(i) * size_t(n_kv);
+        const int p = q0 + i;
+        int visible = 0;
+        if (keys.sparse) {
+            // columns: the sink cells, then cells lo.. in order; cell lo + k is visible iff lo + k <= p
+            const int sink = params_.sparse_sink, lo = q0 - params_.sparse_window;
+            visible = sink + (p - lo + 1);
+            std::fill(row, row + visible, zero);
+        } else {
+            std::fill(row, row + p + 1, zero);
+            visible = p + 1;
+        }
+        stats_.attended_keys += visible;
+        stats_.dense_keys += p + 1;
+    }
+    ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
+    run(g);
+    (keys.sparse ? stats_.n_sparse_batches : stats_.n_dense_batches)++;
+}
+
+void Scorer::eval_tail(const ScorerCache & c, const Question & q, int n_body, int n_tail, bool pre_rope,
+                       std::vector<float> & out) {
+    graph_.reset();   // the body graph's allocation is about to be replaced
+    const int nq = q.n, S = n_body + nq, n_kv = round_up(S, kPad), first = S - n_tail;
+    std::unique_ptr<ScorerGraph> tail;
+    use_graph(tail, build_scorer_tail(m_, c, nq, n_tail, S, n_kv, pre_rope));
+    measure_compute();
+    ScorerGraph & g = *tail;
+
+    std::vector<int32_t> pos(static_cast<size_t>(S));
+    std::iota(pos.begin(), pos.end(), 0);
+    std::vector<int64_t> rows(static_cast<size_t>(nq));
+    std::iota(rows.begin(), rows.end(), int64_t(n_body));
+    ggml_backend_tensor_set(g.tokens, q.tokens, 0, size_t(nq) * sizeof(int32_t));
+    ggml_backend_tensor_set(g.pos, pos.data() + n_body, 0, size_t(nq) * sizeof(int32_t));
+    ggml_backend_tensor_set(g.kv_idx, rows.data(), 0, rows.size() * sizeof(int64_t));
+    if (g.key_pos) ggml_backend_tensor_set(g.key_pos, pos.data(), 0, size_t(S) * sizeof(int32_t));
+
+    // Question token i (position n_body + i) sees keys 0..n_body+i in its own attention (padded to
+    // n_kv cells); tail row t (position first + t) sees keys 0..first+t in the scores (exactly S).
+    const uint16_t zero = ggml_fp32_to_fp16(0.0f), neg_inf = ggml_fp32_to_fp16(-INFINITY);
+    mask_buf_.assign(size_t(n_kv) * size_t(nq), neg_inf);
+    for (int i = 0; i < nq; ++i) std::fill_n(mask_buf_.data() + size_t(i) * n_kv, n_body + i + 1, zero);
+    ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
+    mask_buf_.assign(size_t(S) * size_t(n_tail), neg_inf);
+    for (int t = 0; t < n_tail; ++t) std::fill_n(mask_buf_.data() + size_t(t) * S, first + t + 1, zero);
+    ggml_backend_tensor_set(g.score_mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
+    mask_buf_.clear();
+    mask_buf_.shrink_to_fit();
+
+    run(g);
+
+    // s[j] = mean over the tail rows of M[t, j]
+    std::vector<float> m(size_t(S) * size_t(n_tail));
+    ggml_backend_tensor_get(g.tail_max, m.data(), 0, m.size() * sizeof(float));
+    out.assign(size_t(S), 0.0f);
+    for (int j = 0; j < S; ++j) {
+        double acc = 0.0;
+        for (int t = 0; t < n_tail; ++t) acc += m[size_t(t) * S + size_t(j)];
+        out[size_t(j)] = float(acc / n_tail);
+        if (!std::isfinite(out[size_t(j)])) {
+            throw Error(LUCE_ERR_COMPUTE, "the scorer produced non-finite scores (NaN/Inf) at token " + std::to_string(j) +
+                                              "; its weights may be unsuitable");
+        }
+    }
+}
+
+void Scorer::check_tokens(const int32_t * toks, int n, const char * what) const {
+    for (int32_t i = 0; i < n; ++i) {
+        if (toks[i] < 0 || toks[i] >= m_.hp.n_vocab) {
+            throw Error(LUCE_ERR_INVALID_ARG, "token id " + std::to_string(toks[i]) + " at index " + std::to_string(i) + " of the " +
+                                                  what + " is outside the scorer's vocabulary (" + std::to_string(m_.hp.n_vocab) + ")");
+        }
+    }
+}
+
+template <typename Sink>
+void Scorer::run_call(const int32_t * body, int n_body, const std::vector<Question> & questions, int n_tail, bool pre_rope,
+                      Sink && sink, luce_progress_cb cb, void * ud) {
+    const auto t0 = clock_type::now();
+    int max_q = 0, total = n_body;
+    for (const Question & q : questions) {
+        max_q = std::max(max_q, q.n);
+        total += q.n;
+    }
+    const luce_memory_plan plan = plan_scorer(m_, params_, n_body + max_q, n_tail, max_q);
+    check_scorer_plan(m_, plan, n_body + max_q);
+
+    const int64_t builds = stats_.n_graph_builds, reuses = stats_.n_graph_reuses;
+    stats_ = {};
+    stats_.n_graph_builds = builds;
+    stats_.n_graph_reuses = reuses;
+    stats_.n_tokens = n_body + max_q;
+    stats_.n_tail = n_tail;
+    stats_.planned_kv_bytes = plan.kv_cache;
+    stats_.planned_compute_bytes = plan.compute;
+
+    std::vector<ggml_backend_t> backends = {backend_};
+    if (cpu_backend_) backends.push_back(cpu_backend_);
+    sched_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), scorer_graph_nodes(m_), false, true);
+    if (!sched_) throw Error(LUCE_ERR_DEVICE, "cannot create the scorer's graph scheduler");
+    // Everything of this call goes when it returns, on success or failure: the graphs reference
+    // the cache, and the cache and the compute buffers are the memory the target needs back.
+    struct Release {
+        Scorer & s;
+        ~Release() {
+            s.graph_.reset();
+            ggml_backend_sched_free(s.sched_);
+            s.sched_ = nullptr;
+            s.mask_buf_ = {};
+        }
+    } release{*this};
+
+    ScorerCache cache;
+    cache.allocate(m_, scorer_layers(m_.hp, params_), plan.n_ctx);
+    stats_.kv_bytes = ggml_backend_buffer_get_size(cache.buffer);
+
+    const auto t_fwd = clock_type::now();
+    for (int q0 = 0; q0 < n_body; q0 += params_.n_batch) {
+        check_cancel();
+        const int q1 = std::min(q0 + params_.n_batch, n_body);
+        eval_body(cache, body + q0, q0, q1, n_body + max_q);
+        if (cb && !cb(q1, total, ud)) throw Error(LUCE_ERR_CANCELLED, "cancelled by the progress callback");
+    }
+    stats_.forward_ms = ms_since(t_fwd);
+    const auto t_tail = clock_type::now();
+    std::vector<float> scores;
+    int done = n_body;
+    for (size_t i = 0; i < questions.size(); ++i) {
+        check_cancel();
+        eval_tail(cache, questions[i], n_body, n_tail, pre_rope, scores);
+        sink(i, scores);
+        done += questions[i].n;
+        if (cb && !cb(done, total, ud)) throw Error(LUCE_ERR_CANCELLED, "cancelled by the progress callback");
+    }
+    stats_.tail_ms = ms_since(t_tail);
+    stats_.total_ms = ms_since(t0);
+}
+
+void Scorer::score(const int32_t * toks, int32_t n, int32_t n_tail, bool pre_rope, float * out, luce_progress_cb cb,
+                   void * ud) {
+    if (n <= 0 || !toks || !out) throw Error(LUCE_ERR_INVALID_ARG, "scoring needs at least one token");
+    if (n_tail < 1 || n_tail > std::min<int32_t>(n, kMaxTail)) {
+        throw Error(LUCE_ERR_INVALID_ARG, "n_tail must be in 1.." + std::to_string(std::min<int32_t>(n, kMaxTail)) +
+                                              " for " + std::to_string(n) + " tokens, not " + std::to_string(n_tail));
+    }
+    check_tokens(toks, n, "input");
+    // The question is the tail itself: the rest of the prompt is the body.
+    const int n_body = n - n_tail;
+    run_call(toks, n_body, {{toks + n_body, n_tail}}, n_tail, pre_rope,
+             [&](size_t, const std::vector<float> & s) { std::copy(s.begin(), s.end(), out); }, cb, ud);
+}
+
+void Scorer::score_questions(const int32_t * body, int32_t n_body, const int32_t * questions, const int32_t * lens,
+                             int32_t n_questions, int32_t n_tail, bool pre_rope, float * out, luce_progress_cb cb,
+                             void * ud) {
+    if (n_body <= 0 || !body || !out) throw Error(LUCE_ERR_INVALID_ARG, "scoring needs a body of at least one token");
+    if (n_questions <= 0 || !questions || !lens) throw Error(LUCE_ERR_INVALID_ARG, "scoring needs at least one question");
+    if (n_tail < 1 || n_tail > kMaxTail) {
+        throw Error(LUCE_ERR_INVALID_ARG, "n_tail must be in 1.." + std::to_string(kMaxTail) + ", not " + std::to_string(n_tail));
+    }
+    check_tokens(body, n_body, "body");
+    std::vector<Question> qs;
+    const int32_t max_len = std::max(params_.n_batch, kMaxTail);
+    for (int32_t i = 0, at = 0; i < n_questions; at += lens[i], ++i) {
+        if (lens[i] < n_tail || lens[i] > max_len) {
+            throw Error(LUCE_ERR_INVALID_ARG, "question " + std::to_string(i) + " has " + std::to_string(lens[i]) +
+                                                  " tokens; a question needs n_tail (" + std::to_string(n_tail) + ") to " +
+                                                  std::to_string(max_len) + " tokens");
+        }
+        check_tokens(questions + at, lens[i], "questions");
+        qs.push_back({questions + at, lens[i]});
+    }
+    run_call(body, n_body, qs, n_tail, pre_rope,
+             [&](size_t i, const std::vector<float> & s) { std::copy_n(s.begin(), n_body, out + i * size_t(n_body)); },
+             cb, ud);
+}
+
+} // namespace luce
