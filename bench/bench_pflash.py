@@ -114,6 +114,8 @@ def main() -> int:
     ap.add_argument("--sparse-window", type=int, default=2048)
     ap.add_argument("--repeats", type=int, default=1, help="measurements per length and path (median)")
     ap.add_argument("--skip-dense", action="store_true", help="skip our dense prefill")
+    ap.add_argument("--dense-max", type=int, default=0,
+                    help="our dense prefill only for attachments up to this many tokens (0: all)")
     ap.add_argument("--skip-llama", action="store_true", help="skip llama.cpp")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -141,7 +143,7 @@ def main() -> int:
         runs = {"pflash": [], "dense": [], "llama": []}
         for _ in range(args.repeats):
             runs["pflash"].append(paths.pflash(text, ids, question, q_ids))
-            if not args.skip_dense:
+            if not args.skip_dense and (not args.dense_max or n <= args.dense_max):
                 runs["dense"].append(paths.dense(ids, q_ids))
             if paths.peer:
                 runs["llama"].append(paths.llama(ids, q_ids))
