@@ -125,6 +125,16 @@ cdef cbool _progress_trampoline(int32_t done, int32_t total, void * ud) noexcept
         return False
 
 
+cdef luce_progress_cb _progress_setup(object progress, list errors, _progress_ctx * ctx):
+    """Points ctx at the Python callback (kept alive by the caller) and its error list; returns the
+    trampoline, or NULL when there is no callback."""
+    ctx.callback = <PyObject *> progress
+    ctx.errors = <PyObject *> errors
+    if progress is None:
+        return NULL
+    return _progress_trampoline
+
+
 cdef class SamplingParams:
     """Native sampling parameters (built from luce_engine.Sampling)."""
     cdef luce_sampling_params p
@@ -169,12 +179,8 @@ cdef class CoreEngine:
         cdef int32_t n = buf.shape[0]
         cdef luce_status st
         cdef _progress_ctx ctx
-        cdef luce_progress_cb cb = NULL
-        if progress is not None:
-            cb = _progress_trampoline
         errors = []
-        ctx.callback = <PyObject *> progress
-        ctx.errors = <PyObject *> errors
+        cdef luce_progress_cb cb = _progress_setup(progress, errors, &ctx)
         if n == 0:
             raise ValueError("prefill needs at least one token")
         with nogil:
@@ -485,12 +491,8 @@ cdef class CoreScorer:
         cdef float[::1] view = out
         cdef luce_status st
         cdef _progress_ctx ctx
-        cdef luce_progress_cb cb = NULL
-        if progress is not None:
-            cb = _progress_trampoline
         errors = []
-        ctx.callback = <PyObject *> progress
-        ctx.errors = <PyObject *> errors
+        cdef luce_progress_cb cb = _progress_setup(progress, errors, &ctx)
         with nogil:
             st = luce_scorer_score(self.ptr, &buf[0], n, n_tail, pre_rope, &view[0], cb, &ctx)
         if errors:
@@ -511,12 +513,8 @@ cdef class CoreScorer:
         cdef float[:, ::1] view = out
         cdef luce_status st
         cdef _progress_ctx ctx
-        cdef luce_progress_cb cb = NULL
-        if progress is not None:
-            cb = _progress_trampoline
         errors = []
-        ctx.callback = <PyObject *> progress
-        ctx.errors = <PyObject *> errors
+        cdef luce_progress_cb cb = _progress_setup(progress, errors, &ctx)
         with nogil:
             st = luce_scorer_score_questions(self.ptr, &bbuf[0], n_body, &qbuf[0], &lbuf[0], n_q, n_tail, pre_rope,
                                              &view[0, 0], cb, &ctx)

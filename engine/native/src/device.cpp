@@ -103,3 +103,21 @@ extern "C" luce_status luce_device_get(int32_t index, luce_device_info * out) {
     ggml_backend_dev_memory(d, &out->memory_free, &out->memory_total);
     return LUCE_OK;
 }
+
+namespace luce {
+
+std::vector<ggml_backend_t> init_backends(ggml_backend_dev_t dev, int n_threads, ggml_backend_t & backend,
+                                          ggml_backend_t & cpu_backend) {
+    backend = ggml_backend_dev_init(dev, nullptr);
+    if (!backend) throw Error(LUCE_ERR_DEVICE, "cannot initialise backend " + std::string(ggml_backend_dev_name(dev)));
+    if (device_is_cpu(dev)) {
+        set_backend_threads(backend, n_threads);
+        return {backend};
+    }
+    cpu_backend = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
+    if (!cpu_backend) throw Error(LUCE_ERR_DEVICE, "cannot initialise the CPU backend");
+    set_backend_threads(cpu_backend, n_threads);
+    return {backend, cpu_backend};
+}
+
+} // namespace luce

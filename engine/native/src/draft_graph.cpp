@@ -54,17 +54,7 @@ DraftContext::DraftContext(DraftModel & d, int n_ctx_draft) : d_(d) {
     chunk_ = std::min(kInjectChunk, W_);
     const Model & t = *d_.target;
 
-    backend_ = ggml_backend_dev_init(d_.dev, nullptr);
-    if (!backend_) throw Error(LUCE_ERR_DEVICE, "cannot initialise backend " + std::string(ggml_backend_dev_name(d_.dev)));
-    std::vector<ggml_backend_t> backends = {backend_};
-    if (device_is_cpu(d_.dev)) {
-        set_backend_threads(backend_, t.n_threads);
-    } else {
-        cpu_backend_ = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
-        if (!cpu_backend_) throw Error(LUCE_ERR_DEVICE, "cannot initialise the CPU backend");
-        set_backend_threads(cpu_backend_, t.n_threads);
-        backends.push_back(cpu_backend_);
-    }
+    std::vector<ggml_backend_t> backends = init_backends(d_.dev, t.n_threads, backend_, cpu_backend_);
 
     // KV cache: rows [0, B) block scratch, [B, B + W) the ring. Zeroed: masked rows are still
     // multiplied (by a zero weight), so they must hold finite values.

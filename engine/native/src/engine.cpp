@@ -72,17 +72,7 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
     plan_ = plan_memory(m_, params_);
     check_plan_fits(m_, params_, plan_);
 
-    backend_ = ggml_backend_dev_init(m_.dev, nullptr);
-    if (!backend_) throw Error(LUCE_ERR_DEVICE, "cannot initialise backend " + m_.device_name);
-    std::vector<ggml_backend_t> backends = {backend_};
-    if (device_is_cpu(m_.dev)) {
-        set_backend_threads(backend_, m_.n_threads);
-    } else {
-        cpu_backend_ = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
-        if (!cpu_backend_) throw Error(LUCE_ERR_DEVICE, "cannot initialise the CPU backend");
-        set_backend_threads(cpu_backend_, m_.n_threads);
-        backends.push_back(cpu_backend_);
-    }
+    std::vector<ggml_backend_t> backends = init_backends(m_.dev, m_.n_threads, backend_, cpu_backend_);
 
     // A cancel also stops a CPU graph between its nodes, so a long micro-batch ends promptly.
     // Not for hybrid models: an aborted graph may have updated some layers' recurrent state.

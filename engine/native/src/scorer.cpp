@@ -146,15 +146,7 @@ Scorer::Scorer(Model & model, const luce_scorer_params & params) : m_(model), pa
         throw Error(LUCE_ERR_UNSUPPORTED, m_.name + " is a " + m_.hp.arch +
                                               " model; the PFlash scorer runs dense llama or qwen3 models (e.g. Qwen3-0.6B)");
     }
-    backend_ = ggml_backend_dev_init(m_.dev, nullptr);
-    if (!backend_) throw Error(LUCE_ERR_DEVICE, "cannot initialise backend " + m_.device_name);
-    if (device_is_cpu(m_.dev)) {
-        set_backend_threads(backend_, m_.n_threads);
-    } else {
-        cpu_backend_ = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
-        if (!cpu_backend_) throw Error(LUCE_ERR_DEVICE, "cannot initialise the CPU backend");
-        set_backend_threads(cpu_backend_, m_.n_threads);
-    }
+    init_backends(m_.dev, m_.n_threads, backend_, cpu_backend_);
     // A cancel also stops a CPU graph between its nodes (a scorer graph has no state to keep whole).
     auto abort_cb = [](void * flag) { return static_cast<std::atomic<bool> *>(flag)->load(); };
     set_backend_abort(cpu_backend_ ? cpu_backend_ : backend_, abort_cb, &cancel_);
