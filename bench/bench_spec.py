@@ -125,17 +125,28 @@ def main() -> int:
     for L in lengths:
         runs = [ours.spec(prompt, args.tokens, L, seed=r) for r in range(args.repeats)]
         spec[L] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        spec[L]["runs_tok_s"] = [r["tok_s"] for r in runs]
+        spec[L]["runs_al"] = [r["al"] for r in runs]
 
-    theirs_plain, theirs = None, {}
+    # llama-cli draws its own acceptances: as many runs as ours, median of those that reported a speed
+    def median_of(runs: list[float | None]) -> float | None:
+        ok = [x for x in runs if x is not None]
+        return statistics.median(ok) if ok else None
+
+    theirs_plain, theirs, theirs_runs = None, {}, {}
     if args.llama_cli:
-        theirs_plain = llama_cli(args.llama_cli, args.target, None, None, args.tokens, k)
+        theirs_plain = median_of([llama_cli(args.llama_cli, args.target, None, None, args.tokens, k)
+                                  for _ in range(args.repeats)])
         for L in lengths:
-            theirs[L] = llama_cli(args.llama_cli, args.target, args.draft, L, args.tokens, k)
+            theirs_runs[L] = [llama_cli(args.llama_cli, args.target, args.draft, L, args.tokens, k)
+                              for _ in range(args.repeats)]
+            theirs[L] = median_of(theirs_runs[L])
 
     result = {"target": args.target, "draft": args.draft, "device": args.device, "draft_max": k,
               "tokens": args.tokens, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "luce_plain_tok_s": plain, "luce_spec": {str(L): v for L, v in spec.items()},
-              "llama_plain_tok_s": theirs_plain, "llama_spec_tok_s": {str(L): v for L, v in theirs.items()}}
+              "llama_plain_tok_s": theirs_plain, "llama_spec_tok_s": {str(L): v for L, v in theirs.items()},
+              "llama_spec_runs_tok_s": {str(L): v for L, v in theirs_runs.items()}}
     out = Path(args.json) if args.json else Path(__file__).resolve().parent / "results" / (
         f"spec-{args.device.replace(':', '')}-{time.strftime('%Y%m%d-%H%M%S')}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -156,7 +167,12 @@ def main() -> int:
         ratio = s["tok_s"] / t if t else None
         print(f"{L:>5g}{s['tok_s']:>8.1f}{eff:>6.2f}{s['al']:>6.2f}{s['draft_ms']:>7.1f}{s['verify_ms']:>8.1f}"
               f"{s['step_ms']:>7.1f}{fmt(t)}{fmt(teff, 6, 2)}{fmt(ratio, 7, 2)}")
-    print("(eff = spec tok/s ÷ (L × plain tok/s); draft/verify/step = our ms per step; ratio = luce ÷ llama.cpp)")
+    for L in lengths:
+        print(f"L={L:g} runs: luce {', '.join(f'{x:.1f}' for x in spec[L]['runs_tok_s'])} (AL "
+              f"{', '.join(f'{x:.2f}' for x in spec[L]['runs_al'])}); llama.cpp "
+              f"{', '.join('—' if x is None else f'{x:.1f}' for x in theirs_runs.get(L, []))}")
+    print(f"(medians of {args.repeats} runs each; eff = spec tok/s ÷ (L × plain tok/s); "
+          "draft/verify/step = our ms per step; ratio = luce ÷ llama.cpp)")
     print(f"json: {out}")
     return 0
 

