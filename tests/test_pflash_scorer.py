@@ -72,9 +72,12 @@ def test_sparse_forward_matches_its_reference(tiny):
     assert st["n_sparse_batches"] == 3 and st["n_dense_batches"] == 2
     assert st["attended_keys"] < 0.7 * st["dense_keys"]
     want = ref.scores(reference, toks, n_tail=8, n_batch=64, threshold=100, sink=32, window=64)
-    assert rel_err(got, want) < TOL
+    err = rel_err(got, want)
+    assert err < TOL
+    # really sparse: without the long-range keys the scores move, by far more than our error
+    # (GPU matmuls round at ~1e-3, so the margin is relative to the error measured, not to TOL)
     dense = ref.scores(reference, toks, n_tail=8)
-    assert rel_err(got, dense) > 3 * TOL   # really sparse: the long-range keys are gone
+    assert rel_err(want, dense) > 3 * max(err, 3e-3)
 
 
 def test_below_threshold_equals_dense(tiny):

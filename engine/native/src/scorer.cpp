@@ -102,6 +102,24 @@ static uint64_t tail_scratch(const Model & m, int n_total, int n_question, int n
     return bytes;
 }
 
+// ggml_backend_sched keeps graph inputs (ggml_set_input) in the CPU backend's buffer and copies
+// them to the device: on a GPU the masks and indices exist twice. The device copies are in the
+// scratch estimates above; this is the host side, the largest over the body and the tail graphs.
+static uint64_t host_inputs(const luce_scorer_params & p, int n_total, int n_question, int n_tail) {
+    constexpr uint64_t kAlign = 256;   // per tensor
+    const uint64_t S = uint64_t(round_up(n_total, kPad));
+    const uint64_t nb = uint64_t(std::min(p.n_batch, n_total)), nq = uint64_t(n_question);
+    // body: tokens, positions, cache rows, mask [n_kv, nb], sparse key rows [n_kv]; n_kv as in body_scratch
+    uint64_t n_kv = S;
+    if (p.sparse_threshold > 0 && n_total > p.sparse_threshold) {
+        n_kv = std::min<uint64_t>(n_kv, uint64_t(round_up(p.sparse_sink + p.sparse_window + p.n_batch, kPad)));
+    }
+    const uint64_t body = nb * (4 + 4 + 8) + n_kv * nb * 2 + n_kv * 4 + 5 * kAlign;
+    // tail: the question's own inputs, its mask [S, nq], the score mask [S, n_tail], key positions
+    const uint64_t tail = nq * (4 + 4 + 8) + S * nq * 2 + S * uint64_t(n_tail) * 2 + S * 4 + 6 * kAlign;
+    return std::max(body, tail);
+}
+
 luce_memory_plan plan_scorer(const Model & m, const luce_scorer_params & params, int n_tokens, int n_tail, int n_question) {
     const luce_scorer_params p = normalized_scorer_params(params);
     const HParams & hp = m.hp;
@@ -113,6 +131,7 @@ luce_memory_plan plan_scorer(const Model & m, const luce_scorer_params & params,
     plan.weights = m.weight_bytes;
     plan.kv_cache = ScorerCache::bytes(hp, scorer_layers(hp, p), plan.n_ctx);
     plan.compute = std::max(body_scratch(hp, p, n, n - n_question), tail_scratch(m, n, n_question, n_tail));
+    if (!device_is_cpu(m.dev)) plan.compute += host_inputs(p, n, n_question, n_tail);
     // host: the scores, the downloaded [n_tail, S] maxima, mask staging
     const uint64_t staging = std::max<uint64_t>(uint64_t(plan.n_ctx) * uint64_t(std::max(p.n_batch, n_question)),
                                                 uint64_t(n) * uint64_t(n_tail)) * 2;
