@@ -480,24 +480,47 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"encode() takes str, not {type(text).__name__}")
+        return self.encode_parts([(text, parse_special)], add_special=add_special)
+
+    def encode_parts(self, parts: Iterable[tuple[str, bool]], *, add_special: bool = False) -> list[int]:
+        """Token ids of the concatenated texts of ``parts``, each ``(text, parse_special)``.
+
+        For a rendered chat prompt: the template's markup may write control tokens, the
+        messages' text must not (an attachment holding ``<|im_end|>`` stays text).  Special
+        tokens are cut out of each part on its own; the plain text between them is BPE-tokenized
+        across part boundaries, so when the plain parts hold no control-token text the ids
+        equal ``encode("".join(texts), parse_special=True)``.
+        """
+        frags: list[str | int] = []
+        for text, parse_special in parts:
+            if not isinstance(text, str):
+                raise TypeError(f"encode() takes str, not {type(text).__name__}")
+            for f in self._partition(text, parse_special) if text else ():
+                if type(f) is str and frags and type(frags[-1]) is str:
+                    frags[-1] += f   # type: ignore[operator]
+                else:
+                    frags.append(f)
         ids: list[int] = []
         if add_special and self.add_bos:
             ids.append(self._ids["bos"])  # type: ignore[arg-type]
-        if text:
-            # One plain encode per fragment: the batch API would start tokenizers' thread pool,
-            # which then warns in every child process the application forks.
-            bpe = self._bpe.encode
-            try:
-                for f in self._partition(text, parse_special):
-                    if type(f) is str:
-                        ids.extend(bpe(f, add_special_tokens=False).ids)
-                    else:
-                        ids.append(f)  # type: ignore[arg-type]
-            except Exception as e:  # e.g. lone surrogates, which have no UTF-8 form
-                raise TokenizerError(f"cannot tokenize text: {e}") from None
+        # One plain encode per fragment: the batch API would start tokenizers' thread pool,
+        # which then warns in every child process the application forks.
+        bpe = self._bpe.encode
+        try:
+            for f in frags:
+                if type(f) is str:
+                    ids.extend(bpe(f, add_special_tokens=False).ids)
+                else:
+                    ids.append(f)  # type: ignore[arg-type]
+        except Exception as e:  # e.g. lone surrogates, which have no UTF-8 form
+            raise TokenizerError(f"cannot tokenize text: {e}") from None
         if add_special and self.add_eos:
             ids.append(self._ids["eos"])  # type: ignore[arg-type]
         return ids
+
+    def has_control_text(self, text: str) -> bool:
+        """Whether ``parse_special`` would turn part of ``text`` into a control token."""
+        return any(t in text for t, i in self._specials_all if self._attrs[i] & (A_CONTROL | A_UNKNOWN))
 
     # -- decode ------------------------------------------------------------------------
 

@@ -446,7 +446,7 @@ class LuceApp(CommandsMixin, App):
                 pass
 
     def _refresh_chips(self) -> None:
-        self.query_one(AttachmentChips).refresh_chips(self.pending, self.engine.n_ctx)
+        self.query_one(AttachmentChips).refresh_chips(self.pending, self.engine.n_ctx, self.conv.compressor)
 
 
 def _stats_dict(result, model_name: str) -> dict:

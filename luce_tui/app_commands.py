@@ -9,7 +9,8 @@ from textual import work
 
 from luce_tui import attachments, commands, config
 from luce_tui.attachments import AttachmentError
-from luce_tui.widgets.messages import AssistantMessage, UserMessage
+from luce_tui.conversation import combined_summary
+from luce_tui.widgets.messages import AssistantMessage, Notice, UserMessage
 
 
 class CommandsMixin:
@@ -124,17 +125,23 @@ class CommandsMixin:
 
     # -- attachments -------------------------------------------------------------------------------
     async def cmd_attach(self, rest: str) -> None:
-        paths = commands.split_args(rest)
-        if not paths:
-            raise commands.CommandError("usage: /attach PATH… (text files; quote paths with spaces)")
+        args = commands.split_args(rest)
+        flags = [a for a in args if a in ("--compress", "--full")]
+        paths = [a for a in args if a not in ("--compress", "--full")]   # ./--full names such a file
+        if not paths or len(set(flags)) > 1:
+            raise commands.CommandError("usage: /attach PATH… [--compress|--full] (text files; quote paths with "
+                                        "spaces)")
+        force = flags[0] == "--compress" if flags else None
+        if force and self.conv.compressor is None:
+            raise commands.CommandError(self._compression_off())
         for p in paths:
-            self._read_attachment(p)
+            self._read_attachment(p, compress=force)
 
     async def attach_text(self, name: str, text: str) -> None:
         self._read_attachment(name, text=text)
 
     @work(thread=True, group="attach")
-    def _read_attachment(self, path: str, text: str | None = None) -> None:
+    def _read_attachment(self, path: str, text: str | None = None, compress: bool | None = None) -> None:
         """Worker thread: read + count tokens (seconds for a big file), then back on the UI."""
         name = Path(path).name
         self.call_from_thread(self._counting, name, True)
@@ -144,6 +151,7 @@ class CommandsMixin:
         except AttachmentError as e:
             self.call_from_thread(self._attach_done, name, None, str(e))
         else:
+            att.compress = compress
             self.call_from_thread(self._attach_done, name, att, None)
 
     def _counting(self, name: str, on: bool) -> None:
@@ -163,11 +171,14 @@ class CommandsMixin:
         self._refresh_chips()
         n_ctx = self.engine.n_ctx
         total = sum(a.n_tokens for a in self.pending)
-        comp = getattr(self.conv, "compressor", None)
-        if comp is not None and comp.applies(total):
-            kept = int(total * comp.config.keep_ratio) + 1
-            await self.say(f"attachments of {total:,} tokens will be compressed to about {kept:,} "
-                           f"(keep {comp.config.keep_ratio:.0%}) for your question")
+        comp = self.conv.compressor
+        plan = attachments.compress_plan(self.pending, comp)
+        if any(plan):
+            kept = sum(int(a.n_tokens * comp.config.keep_ratio) + 1 if w else a.n_tokens
+                       for a, w in zip(self.pending, plan))
+            await self.say(f"{sum(plan)} of {len(plan)} attachments will be compressed (keep "
+                           f"{comp.config.keep_ratio:.0%}) for your question: about {kept:,} of their {total:,} "
+                           f"tokens go into the prompt; click a chip or use /compress to choose per file")
             total = kept
         problem = attachments.budget_error(self.engine.n_past + total, n_ctx,
                                            min(self.opts.max_tokens, self.opts.reply_reserve), self.model.n_ctx_train)
@@ -175,6 +186,47 @@ class CommandsMixin:
             await self.say(f"{att.name} ({att.n_tokens:,} tokens) will not fit: with the chat so far it needs "
                            f"about {self.engine.n_past + total:,} of {n_ctx:,} tokens. "
                            + problem.split("; ", 1)[1].capitalize(), "warning")
+
+    def _compression_off(self) -> str:
+        if self.opts.prefill_drafter:
+            return (f"prefill compression is off ({self.opts.prefill_drafter} is not in use): attachments "
+                    "are sent in full")
+        return ("prefill compression needs a PFlash scorer: start luce-chat with --prefill-drafter PATH; "
+                "attachments are sent in full")
+
+    async def cmd_compress(self, rest: str) -> None:
+        """/compress [auto|on|off] [NAME…]: the PFlash choice of pending attachments (all without NAME)."""
+        comp = self.conv.compressor
+        if comp is None:
+            raise commands.CommandError(self._compression_off())
+        args = commands.split_args(rest)
+        if args:
+            if args[0].lower() not in attachments.COMPRESS_MODES:
+                raise commands.CommandError("usage: /compress [auto|on|off] [NAME…]")
+            if not self.pending:
+                raise commands.CommandError("there are no attachments waiting to be sent (/attach one first)")
+            names = set(args[1:])
+            unknown = names - {a.name for a in self.pending}
+            if unknown:
+                raise commands.CommandError(f"no attachment named {sorted(unknown)[0]!r} "
+                                            f"(pending: {', '.join(a.name for a in self.pending)})")
+            for a in self.pending:
+                if not names or a.name in names:
+                    a.compress = attachments.COMPRESS_MODES[args[0].lower()]
+            self._refresh_chips()
+        plan = attachments.compress_plan(self.pending, comp)
+        lines = [f"prefill compression: {comp.describe()}"]
+        lines += [a.chip(w) for a, w in zip(self.pending, plan)] or ["no attachments waiting to be sent"]
+        await self.say("\n".join(lines))
+
+    async def on_chip_pressed(self, event) -> None:
+        """A click on a pending attachment's chip cycles its PFlash choice: auto → compress → full."""
+        if self.conv.compressor is None:
+            await self.say(self._compression_off(), "warning")
+        elif 0 <= event.index < len(self.pending):
+            a = self.pending[event.index]
+            a.compress = {None: True, True: False, False: None}[a.compress]
+            self._refresh_chips()
 
     async def cmd_detach(self, rest: str) -> None:
         if not self.pending:
@@ -221,8 +273,9 @@ class CommandsMixin:
         i = users[-1]
         msg = self.conv.messages[i]
         self.edit_index = i
-        self.pending = [attachments.Attachment(a["name"], a["text"], a.get("n_tokens") or 0, a.get("sha256"))
-                        for a in msg.get("attachments") or ()]
+        # the PFlash choice stays; the excerpts do not (they depend on the question, which may change)
+        self.pending = [attachments.Attachment(a["name"], a["text"], a.get("n_tokens") or 0, a.get("sha256"),
+                                               a.get("compress")) for a in msg.get("attachments") or ()]
         self._refresh_chips()
         self.prefill_input(msg.get("content") or "")
         await self.say("editing your last message: Enter sends it as a new branch (the original stays saved), "
@@ -287,7 +340,10 @@ class CommandsMixin:
     async def open_session(self, session_id: int) -> None:
         """Show a saved chat and prefill its history into the engine (in a worker)."""
         self._need_idle("opening a chat")
-        messages = self.persist.load(session_id)
+        try:
+            messages = self.persist.load(session_id)
+        except (ValueError, LookupError) as e:   # e.g. a damaged stats column: say so, keep the open chat
+            raise commands.CommandError(f"cannot open chat {session_id}: {e}") from None
         self.conv.messages = messages
         self.conv.system = self.persist.settings.get("system") or self.opts.system
         self.edit_index, self.pending, self.last_result = None, [], None
@@ -297,6 +353,10 @@ class CommandsMixin:
         for i, m in enumerate(messages):
             if m["role"] == "user":
                 widgets.append(UserMessage(m, i))
+                infos = [a["compression"] for a in m.get("attachments") or () if a.get("compression")]
+                if infos:   # the notice the turn showed when it compressed
+                    widgets.append(Notice(combined_summary(infos) + f": scorer "
+                                          f"{sum(c.get('scorer_ms', 0) for c in infos) / 1e3:.2f} s"))
             elif m["role"] == "assistant":
                 stats = m.get("stats") or {}
                 footer = _stored_footer(stats)
@@ -309,6 +369,8 @@ class CommandsMixin:
         self.chat.anchor()
         self._update_title()
         await self.say(f"opened “{self.persist.title or '(untitled)'}” ({len(messages)} messages)")
+        for w in self.persist.warnings:
+            await self.say(w, "warning")
         self._prefill_history()
 
     def _prefill_history(self) -> None:

@@ -23,14 +23,36 @@ class Attachment:
     text: str
     n_tokens: int
     sha256: str | None = None   # set once the session store has it
+    compress: bool | None = None   # PFlash: None = the policy decides, True/False = the user's choice
 
     @property
     def part(self) -> dict:
         """The message part the prompt is rendered from (conversation.render_content)."""
-        return {"name": self.name, "text": self.text}
+        part = {"name": self.name, "text": self.text}
+        if self.compress is not None:   # read by Conversation.compress_attachments
+            part["compress"] = self.compress
+        return part
 
-    def chip(self) -> str:
-        return f"{self.name} · {self.n_tokens:,} tok"
+    def chip(self, will_compress: bool | None = None) -> str:
+        """'notes.txt · 1,234 tok', plus the PFlash choice when a compressor is loaded
+        (will_compress not None): 'auto: full', 'auto: compress', or the forced 'compress' / 'full'."""
+        label = f"{self.name} · {self.n_tokens:,} tok"
+        if will_compress is None:
+            return label
+        mode = "compress" if will_compress else "full"
+        return f"{label} · {mode if self.compress is not None else 'auto: ' + mode}"
+
+
+COMPRESS_MODES = {"auto": None, "on": True, "compress": True, "off": False, "full": False}   # /compress words
+
+
+def compress_plan(pending: list[Attachment], compressor) -> list[bool]:
+    """Whether each pending attachment will be compressed when sent: its own choice, else the
+    compressor's policy on their total (as Conversation.compress_attachments decides it)."""
+    if compressor is None:
+        return [False] * len(pending)
+    total = sum(a.n_tokens for a in pending)
+    return [compressor.applies(total, a.compress) for a in pending]
 
 
 def decode_text(name: str, data: bytes) -> str:

@@ -26,8 +26,10 @@ class Command:
 
 COMMANDS: dict[str, Command] = {c.name: c for c in [
     Command("help", "", "list the commands and keys"),
-    Command("attach", "PATH…", "attach text files to the next message"),
+    Command("attach", "PATH… [--compress|--full]", "attach text files to the next message"),
     Command("detach", "[NAME]", "drop the pending attachments (or one of them)"),
+    Command("compress", "[auto|on|off] [NAME…]", "PFlash per attachment before sending: auto, on (compress) "
+            "or off (full); no args shows it", ("auto", "on", "off")),
     Command("new", "", "start a new chat (the current one stays saved)"),
     Command("sessions", "", "saved chats: open, search, rename, delete"),
     Command("save", "[NAME]", "save the chat now, optionally under a name"),
@@ -92,5 +94,6 @@ def help_text() -> str:
     width = max(len(c.usage) for c in COMMANDS.values())
     lines = [f"{c.usage:<{width}}  {c.help}" for c in COMMANDS.values()]
     lines += ["", "keys: Enter send · Shift+Enter/Ctrl+J newline · Up history · Tab complete · "
-                  "Ctrl+O $EDITOR · Esc cancel · Ctrl+P palette · F2 highlight · Ctrl+Q quit"]
+                  "Ctrl+O $EDITOR · Esc cancel · Ctrl+P palette · F2 highlight · Ctrl+Q quit",
+              "click an attachment chip: its PFlash choice, auto → compress → full (with --prefill-drafter)"]
     return "\n".join(lines)

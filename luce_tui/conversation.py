@@ -13,6 +13,7 @@ Messages are dicts with "role" and "content"; a user message may also carry "att
 of {"name", "text"} parts that are rendered into the prompt at send time (after the typed text, one
 fenced block per file), so the files stay separate parts of the message for whoever needs them
 (the session store, a prompt compressor). Other keys (e.g. the session store's "id") are ignored.
+Only the template's markup is tokenized with control tokens parsed; message text never is (encode()).
 
 Prefill compression (PFlash): with a compressor on the engine (`engine.compressor`, an
 AttachmentCompressor), the attachments of a new user message that pass its policy are replaced, in
@@ -26,11 +27,14 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import re
+import secrets
 import signal
 import threading
 from typing import Callable
 
 from luce_engine import ContextFullError, Engine, Sampling, StepResult
+from luce_engine.chat_template import ChatTemplateError
 
 TextFn = Callable[[str], object]
 ProgressFn = Callable[[int, int], object]
@@ -156,17 +160,54 @@ class Conversation:
 
     def encode(self, history: list[dict] | None = None, add_generation_prompt: bool = True) -> list[int]:
         """Prompt tokens for the conversation, ending in the assistant header (unless
-        add_generation_prompt is False: then just the history, e.g. to prefill a resumed chat)."""
+        add_generation_prompt is False: then just the history, e.g. to prefill a resumed chat).
+        Only the template's markup may become control tokens; message text (typed or attached)
+        is always tokenized as text, so a file that holds '<|im_end|>' cannot end its turn."""
         tok = self.tokenizer
-        text = self.render(history, add_generation_prompt=add_generation_prompt)
+        chat = self.chat_messages(history)
+        text = self.template.render(chat, add_generation_prompt=add_generation_prompt)
         if self._encoded is not None and self._encoded[0] == text:
             return list(self._encoded[1])
-        ids = tok.encode(text, add_special=False, parse_special=True)
+        ids = tok.encode_parts(self._prompt_parts(chat, add_generation_prompt, text), add_special=False)
         # Add BOS when the model wants one and the template did not already write it.
         if tok.add_bos and tok.bos_id is not None and ids[:1] != [tok.bos_id]:
             ids.insert(0, tok.bos_id)
         self._encoded = (text, list(ids))
         return ids
+
+    def _prompt_parts(self, chat: list[dict], add_generation_prompt: bool, text: str) -> list[tuple[str, bool]]:
+        """The rendered prompt `text` as (piece, parse_special) parts: markup True, message text False.
+
+        The template is rendered again with a unique placeholder for each message's content, which
+        marks where the content goes. That holds only if putting the contents back gives `text`
+        exactly. A template that rewrites a content (Qwen's drop the <think> part of earlier
+        replies) fails that check; then only the system and user contents get placeholders (the
+        replies are the model's own output and stay markup). If that fails too, the whole text is
+        markup, which is safe only while no system or user content holds control-token text; such
+        a message is refused rather than turned into control tokens."""
+        nonce = secrets.token_hex(8)
+        for roles in (None, ("system", "user")):
+            if roles is not None and all(m["role"] in roles for m in chat):
+                break   # the same render as the first pass
+            slots, masked = {}, []
+            for i, m in enumerate(chat):
+                if roles is None or m["role"] in roles:
+                    mark = f"\ue000{nonce}:{i}\ue001"
+                    slots[mark] = m["content"]
+                    m = dict(m, content=mark)
+                masked.append(m)
+            try:
+                rendered = self.template.render(masked, add_generation_prompt=add_generation_prompt)
+            except ChatTemplateError:
+                continue
+            pieces = re.split(f"(\ue000{nonce}:\\d+\ue001)", rendered)   # odd items: the placeholders
+            parts = [(slots[p], False) if i % 2 else (p, True) for i, p in enumerate(pieces)]
+            if "".join(p for p, _ in parts) == text:
+                return parts
+        if any(m["role"] != "assistant" and self.tokenizer.has_control_text(m["content"]) for m in chat):
+            raise ConversationError("a message holds control-token text (such as <|im_end|>) and this chat "
+                                    "template rewrites messages, so it cannot be kept apart from the markup")
+        return [(text, True)]
 
     # -- state -----------------------------------------------------------------------------
     def reset(self) -> None:

@@ -44,6 +44,20 @@ def _fmt(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+def _compressions(stats: dict, n: int) -> list[str]:
+    """Per attachment, ", compressed N → M tokens" when PFlash compressed it (stats["pflash"])."""
+    parts = stats.get("pflash")
+    out = []
+    for i in range(n):
+        part = parts[i] if isinstance(parts, list) and i < len(parts) and isinstance(parts[i], dict) else {}
+        c = part.get("compression")
+        if isinstance(c, dict) and isinstance(c.get("n_original"), int) and isinstance(c.get("n_kept"), int):
+            out.append(f", compressed {c['n_original']:,} → {c['n_kept']:,} tokens")
+        else:
+            out.append("")
+    return out
+
+
 def to_markdown(session: Session, messages: list[Message]) -> str:
     out = [f"# {session.title or 'Untitled session'}", ""]
     out.append(f"*Session {session.id} · created {iso(session.created)} · "
@@ -54,12 +68,15 @@ def to_markdown(session: Session, messages: list[Message]) -> str:
     for m in messages:
         out += ["", f"## {_HEADINGS.get(m.role, m.role)}", ""]
         out.append(m.content if m.content else "*(empty)*")
+        stats = m.stats if isinstance(m.stats, dict) else {}
         if m.attachments:
             out.append("")
-            for a in m.attachments:
+            compressions = _compressions(stats, len(m.attachments))
+            for a, c in zip(m.attachments, compressions):
                 tokens = "" if a.n_tokens is None else f", {a.n_tokens} tokens"
-                out.append(f"- Attachment `{a.name}` ({a.n_bytes} bytes{tokens}, sha256 {a.sha256[:12]})")
-        notes = [f"{k}={_fmt(v)}" for k, v in (m.stats or {}).items()]
+                out.append(f"- Attachment `{a.name}` ({a.n_bytes} bytes{tokens}, sha256 {a.sha256[:12]}){c}")
+        # scalar stats only: structured ones (the PFlash excerpts) would dump whole files here
+        notes = [f"{k}={_fmt(v)}" for k, v in stats.items() if isinstance(v, (str, int, float, bool))]
         frac = drafted_fraction(m)
         if frac is not None:
             notes.append(f"drafted={frac:.0%}")

@@ -209,3 +209,33 @@ def test_plan_counts_the_scorer(tmp_path, capsys):
     assert plan["kv_cache"] == 2 * 2 * 81920 * 2 * 32 * 2   # layers x K,V x tokens x Hkv x D x f16
     assert main(argv + ["--plan-memory", "1MiB"]) == 2
     assert "--prefill-compression off saves" in capsys.readouterr().err
+
+
+def test_saved_chat_keeps_the_excerpts(chat_engine, scorer, tmp_path):
+    """save → load keeps each attachment's excerpt and numbers: the resumed history encodes to the
+    same prompt, without the scorer (nothing is compressed again)."""
+    from luce_engine import Sampling
+    from luce_sessions import SessionStore
+    from luce_tui.attachments import Attachment
+    from luce_tui.conversation import Conversation
+    from luce_tui.persist import Persistence
+
+    conv = conversation(chat_engine, scorer, mode="always", keep_ratio=0.1)
+    msg = message()
+    msg["attachments"].append({"name": "small.txt", "text": "a short file", "compress": False})
+    conv.reply(msg, sampling=Sampling(), max_tokens=4)
+    user, reply = conv.messages
+    with SessionStore(tmp_path / "data") as store:
+        p = Persistence(store, {})
+        user_id = p.save_user(user, None, [Attachment(a["name"], a["text"], 0) for a in user["attachments"]])
+        p.save_reply(reply["content"], user_id, {}, [(reply["content"], False)])
+        loaded = Persistence(store, {}).load(p.session_id)
+    keys = ("compress", "compressed", "compression")
+    assert [{k: a[k] for k in keys if k in a} for a in loaded[0]["attachments"]] == \
+        [{k: a[k] for k in keys if k in a} for a in user["attachments"]]
+    assert loaded[0]["attachments"][0]["compressed"] and "compressed" not in loaded[0]["attachments"][1]
+    resumed = Conversation(chat_engine, system=conv.system)        # no scorer needed to resume
+    resumed.messages = loaded
+    assert resumed.encode(add_generation_prompt=False) == conv.encode(add_generation_prompt=False)
+    # with one, nothing is compressed again: the excerpt is kept, the forced-full file stays full
+    assert conversation(chat_engine, scorer, mode="always").compress_attachments(loaded[:1]) is None

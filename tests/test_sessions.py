@@ -461,6 +461,19 @@ def test_export_markdown_and_json(store):
     assert "content" not in doc["messages"][1]["attachments"][0]
 
 
+def test_markdown_export_summarises_compressed_attachments(store):
+    # PFlash keeps each attachment's excerpt in the user message's stats: the Markdown export
+    # names the compression and never prints the excerpt
+    s = store.create_session()
+    att = store.add_attachment("repo.txt", "x" * 1000, n_tokens=250)
+    excerpt = "EXCERPT-" * 20
+    store.add_message(s.id, "user", "Where is main?", attachments=[att],
+                      stats={"pflash": [{"compressed": excerpt, "compression": {"n_original": 183412, "n_kept": 9170}}]})
+    md = store.export_markdown(s.id)
+    assert "`repo.txt` (1000 bytes, 250 tokens, sha256 " + att.sha256[:12] + "), compressed 183,412 → 9,170 tokens" in md
+    assert "EXCERPT" not in md and "pflash" not in md
+
+
 # --- where the file lives ----------------------------------------------------------------------
 
 def test_data_dir_resolution(tmp_path, monkeypatch):

@@ -1,11 +1,17 @@
-"""Chips for the attachments waiting to go with the next message: `[repo.txt · 183,412 tok]`."""
+"""Chips for the attachments waiting to go with the next message: `[repo.txt · 183,412 tok]`.
+
+With a PFlash scorer loaded a chip also says whether the file will be compressed
+(`· auto: compress`, `· auto: full`, or the forced `· compress` / `· full`); clicking it cycles
+auto → compress → full (the same as `/compress on|off|auto NAME`).
+"""
 
 from __future__ import annotations
 
 from textual.containers import HorizontalGroup
+from textual.message import Message
 from textual.widgets import Static
 
-from luce_tui.attachments import Attachment
+from luce_tui.attachments import Attachment, compress_plan
 
 
 class Chip(Static):
@@ -14,6 +20,21 @@ class Chip(Static):
     Chip.pending { background: $panel; color: $text-muted; text-style: italic; }
     Chip.too-big { background: $error 30%; }
     """
+
+    class Pressed(Message):
+        """A click on the chip of pending attachment `index`."""
+
+        def __init__(self, index: int):
+            super().__init__()
+            self.index = index
+
+    def __init__(self, text: str, index: int | None = None, **kwargs):
+        super().__init__(text, markup=False, **kwargs)
+        self.index = index            # position in the app's pending list; None while counting
+
+    def on_click(self) -> None:
+        if self.index is not None:
+            self.post_message(self.Pressed(self.index))
 
 
 class AttachmentChips(HorizontalGroup):
@@ -25,11 +46,18 @@ class AttachmentChips(HorizontalGroup):
         super().__init__(**kwargs)
         self.pending: list[str] = []          # names still being read/counted
 
-    def refresh_chips(self, attachments: list[Attachment], n_ctx: int) -> None:
+    def refresh_chips(self, attachments: list[Attachment], n_ctx: int, compressor=None) -> None:
         self.remove_children()
-        chips = [Chip(f"[{a.chip()}]", classes="too-big" if a.n_tokens >= n_ctx else "", markup=False)
-                 for a in attachments]
-        chips += [Chip(f"[{name} · counting…]", classes="pending", markup=False) for name in self.pending]
+        plan = compress_plan(attachments, compressor)
+        chips = []
+        for i, (a, will) in enumerate(zip(attachments, plan)):
+            size = a.n_tokens * compressor.config.keep_ratio if will else a.n_tokens   # what will be prefilled
+            chip = Chip(f"[{a.chip(will if compressor is not None else None)}]", i,
+                        classes="too-big" if size >= n_ctx else "")
+            chip.tooltip = ("click: auto → compress → full (PFlash)" if compressor is not None
+                            else "sent in full: no PFlash scorer is in use (--prefill-drafter)")
+            chips.append(chip)
+        chips += [Chip(f"[{name} · counting…]", classes="pending") for name in self.pending]
         if chips:
             self.mount_all(chips)
         self.display = bool(chips)
