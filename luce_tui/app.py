@@ -224,7 +224,7 @@ class LuceApp(CommandsMixin, App):
 
         def work(job: Job):
             # PFlash first: a compressed attachment is what has to fit the context
-            conv.compress_attachments(history, job.on_progress)
+            conv.compress_attachments(history, job.on_score)
             prompt = conv.encode(history)
             problem = budget_error(len(prompt), self.engine.n_ctx, min(opts.max_tokens, opts.reply_reserve),
                                    self.model.n_ctx_train)
@@ -267,6 +267,8 @@ class LuceApp(CommandsMixin, App):
             elif kind == "progress":
                 live.progress(t, ev[2], ev[3])
                 live.ctx_used = live.reused + ev[2]
+            elif kind == "score":
+                live.score(t, ev[2], ev[3])
             elif kind == "step":
                 step = ev[2]
                 live.step(t, step)

@@ -45,7 +45,7 @@ class JobFailed(Message):
 class Job:
     """One piece of engine work (a reply, or prefilling a resumed chat) on its own thread.
 
-    work(job) runs on the thread and reports through job.on_start / on_progress / on_step;
+    work(job) runs on the thread and reports through job.on_start / on_progress / on_score / on_step;
     whatever it returns arrives in JobFinished, whatever it raises in JobFailed.
     """
 
@@ -102,6 +102,9 @@ class Job:
 
     def on_progress(self, done: int, total: int) -> None:
         self.events.put(("progress", self._clock(), done, total))
+
+    def on_score(self, done: int, total: int) -> None:
+        self.events.put(("score", self._clock(), done, total))
 
     def on_step(self, step) -> None:
         self.events.put(("step", self._clock(), step))

@@ -285,6 +285,8 @@ async def test_thinking_block_collapses_when_the_answer_starts(engine):
 
 @run_async
 async def test_input_history_completion_and_newlines(engine):
+    from textual import events
+
     app = make_app(engine)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, app, "/stats", wait=False)
@@ -305,6 +307,14 @@ async def test_input_history_completion_and_newlines(engine):
         assert "/theme high-contrast" in menu.values           # now its argument is completed
         await pilot.press("l")
         assert menu.display and menu.values == ["/theme light"]
+        # Enter that comes before the menu caught up with the text (a paste, tmux, a fast typist)
+        # sends what was typed, not the menu's entry for an older prefix
+        app.input.clear()
+        await pilot.press("/", "t", "h", "e", "m", "e", "space")
+        assert menu.display and menu.values[0] != "/theme light"
+        app.input.insert("light")                # no pause: the Changed message is still queued
+        await app.input._on_key(events.Key("enter", None))
+        assert app.input.prompt_history[-1] == "/theme light"
         app.input.clear()
         await pilot.press("a", "ctrl+j", "b")
         assert app.input.text == "a\nb"

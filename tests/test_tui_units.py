@@ -109,6 +109,12 @@ def test_stats_formatting():
     assert format_status(s, 12.0) == "prefill 25% · 1,000/4,000 tok · ETA 6s · 512 cached"
     s = LiveStats(phase="prefill", prefill_done=10, prefill_total=4000, prefill_t0=0.0)
     assert "ETA 13m18s" in format_status(s, 2.0)
+    # PFlash scoring reports its own progress: scorer tokens, not the context's
+    sc = LiveStats(ctx_used=100)
+    sc.score(0.0, 0, 20000)
+    sc.score(4.0, 5000, 20000)
+    assert format_status(sc, 4.0) == "scoring attachments (PFlash) 25% · 5,000/20,000 tok · ETA 12s"
+    assert sc.ctx_used == 100
     step = types.SimpleNamespace(tokens=[1, 2, 3], n_drafted=4, n_accepted=2)
     d = LiveStats()
     d.step(1.0, step)

@@ -75,6 +75,7 @@ class PromptInput(TextArea):
         self._draft = ""                                  # what was typed before walking history
         self.paste_threshold = paste_threshold
         self.menu: CompletionMenu | None = None
+        self._menu_text = ""                              # the text the menu's entries are for
         self._theme_names = themes
 
     # -- actions -----------------------------------------------------------------------------
@@ -117,6 +118,7 @@ class PromptInput(TextArea):
     def _update_menu(self) -> None:
         if self.menu is None:
             return
+        self._menu_text = self.text
         items = commands.complete(self.text, themes=self._theme_names())
         exact = len(items) == 1 and items[0][0].strip() == self.text.strip()
         if items and not exact:
@@ -139,6 +141,10 @@ class PromptInput(TextArea):
     async def _on_key(self, event: events.Key) -> None:
         quiet_gc.key_pressed()   # the collector's full pass waits until typing stops
         key = event.key
+        # Keys can arrive faster than the Changed messages that refresh the menu (a paste, a fast
+        # typist, tmux): never let Enter or Tab take an entry computed for an older text.
+        if self.menu is not None and self._menu_text != self.text:
+            self._update_menu()
         menu_open = self.menu is not None and self.menu.display
         handled = True
         if menu_open and key in ("up", "down"):

@@ -44,6 +44,12 @@ class LiveStats:
             self.phase, self.prefill_t0, self.reused = "prefill", t, 0
         self.prefill_done, self.prefill_total, self.prefill_t = done, total, t
 
+    def score(self, t: float, done: int, total: int) -> None:
+        """PFlash scoring an attachment (scorer tokens; the context is not touched)."""
+        if self.phase != "score":
+            self.phase, self.prefill_t0, self.reused = "score", t, 0
+        self.prefill_done, self.prefill_total, self.prefill_t = done, total, t
+
     def step(self, t: float, step) -> None:
         n = len(step.tokens)
         if self.decode_t0 is None:
@@ -67,10 +73,11 @@ def _eta(seconds: float) -> str:
 
 
 def format_status(s: LiveStats, now: float) -> str:
-    if s.phase == "prefill":
+    if s.phase in ("prefill", "score"):
         total = max(s.prefill_total, 1)
         pct = 100 * s.prefill_done / total
-        parts = [f"prefill {pct:.0f}%", f"{s.prefill_done:,}/{s.prefill_total:,} tok"]
+        what = "prefill" if s.phase == "prefill" else "scoring attachments (PFlash)"
+        parts = [f"{what} {pct:.0f}%", f"{s.prefill_done:,}/{s.prefill_total:,} tok"]
         elapsed = now - s.prefill_t0
         if s.prefill_done and elapsed > 0 and s.prefill_done < s.prefill_total:
             parts.append(f"ETA {_eta(elapsed / s.prefill_done * (s.prefill_total - s.prefill_done))}")
