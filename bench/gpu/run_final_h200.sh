@@ -13,14 +13,8 @@
 # $RES to $OUT from a later call. The SmolLM2 wheel's second half may arrive later as
 # /tmp/smol_part01 (the carry limit splits it); the script waits for it before the needle suite.
 set -uo pipefail
-RES=${RES:-/tmp/res}; mkdir -p "$RES"
-export PYTHONUNBUFFERED=1
-M=/tmp/models; mkdir -p $M
-log() { echo "$(date +%T) $*" | tee -a "$RES/progress.txt"; }
-( [ -f $M/q27.gguf ] || python3 .device/make_random_gguf.py --arch qwen35 --preset 27b --out $M/q27.gguf
-  [ -f $M/q27-dflash.gguf ] || python3 .device/make_random_gguf.py --arch dflash --preset 27b --out $M/q27-dflash.gguf
-  [ -f $M/q3-0.6b.gguf ] || python3 .device/make_random_gguf.py --arch qwen3 --preset 0.6b --out $M/q3-0.6b.gguf
-) > /tmp/models.txt 2>&1 &
+. bench/gpu/h200_steps.sh
+write_models qwen35 dflash qwen3 > /tmp/models.txt 2>&1 &
 models=$!
 log "build start"
 BUILD_DIR=/tmp/lcpbuild EXTRA_CMAKE_ARGS="-DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF" \
@@ -41,22 +35,15 @@ fi
 LUCE_TEST_DEVICE=cuda:0 timeout 400 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_pflash_needle.py', 'tests/test_pflash_scorer.py', '-q', '-s', '-p', 'no:cacheprovider']))" > "$RES/needle_cuda.txt" 2>&1
 log "needle: $(grep -E 'passed|failed' "$RES/needle_cuda.txt" | tail -1)"
 
-python3 bench/bench_pflash.py --target $M/q27.gguf --scorer $M/q3-0.6b.gguf --device cuda:0 --threads 8 \
-  --lengths 131072 --dense-max 0 --keep 0.05 --json "$RES/pflash128.json" > "$RES/pflash128.txt" 2>&1
-log "pflash128 done"
+pflash pflash128 131072
 
-LUCE_TEST_DEVICE=cuda:0 timeout 400 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_speculative.py', 'tests/test_speculative_dflash.py', 'tests/test_draft_model.py', 'tests/test_synthetic.py', 'tests/test_tiny_qwen35.py', 'tests/test_engine.py', 'tests/test_parity.py', '-q', '-p', 'no:cacheprovider']))" > "$RES/exact_cuda.txt" 2>&1
-log "exact: $(tail -1 "$RES/exact_cuda.txt")"
+exact_cuda
 
 python3 bench/bench_spec.py --target $M/q27.gguf --draft $M/q27-dflash.gguf --device cuda:0 --threads 8 \
   --repeats 2 --tokens 512 --llama-cli /tmp/lcpbuild/bin/llama-cli --lengths 1.5,3,4,8,12 \
   --json "$RES/spec_table.json" > "$RES/spec_table.txt" 2>&1
 log "spec table done"
 
-python3 bench/bench_pflash.py --target $M/q27.gguf --scorer $M/q3-0.6b.gguf --device cuda:0 --threads 8 \
-  --lengths 65536,32768 --dense-max 0 --keep 0.05 --json "$RES/pflash_short.json" > "$RES/pflash_short.txt" 2>&1
-log "pflash short done"
-
-python3 bench/bench_engine.py --model $M/q27.gguf --device cuda:0 --threads 8 --decode-tokens 64 --repeats 3 \
-  --prefill 512,8192 --verify 1,2,4,8,16,32 --json "$RES/bench_q27.json" > "$RES/bench_q27.txt" 2>&1
+pflash pflash_short 65536,32768
+engine_table
 log "all done"

@@ -1,0 +1,34 @@
+# Steps shared by the H200 run scripts (sourced; see run_final_h200.sh). Results go to $RES.
+RES=${RES:-/tmp/res}; mkdir -p "$RES"
+export PYTHONUNBUFFERED=1
+M=/tmp/models; mkdir -p $M
+log() { echo "$(date +%T) $*" | tee -a "$RES/progress.txt"; }
+
+# write_models ARCH... : the random presets (qwen35 27B target, dflash draft, qwen3 0.6B scorer)
+write_models() {
+  for arch in "$@"; do
+    case $arch in
+      qwen35) f=q27.gguf; preset=27b ;;
+      dflash) f=q27-dflash.gguf; preset=27b ;;
+      qwen3) f=q3-0.6b.gguf; preset=0.6b ;;
+    esac
+    [ -f $M/$f ] || python3 .device/make_random_gguf.py --arch $arch --preset $preset --out $M/$f
+  done
+}
+
+exact_cuda() {   # the exactness and scorer tests on cuda:0
+  LUCE_TEST_DEVICE=cuda:0 timeout 420 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_pflash_scorer.py', 'tests/test_speculative.py', 'tests/test_speculative_dflash.py', 'tests/test_draft_model.py', 'tests/test_synthetic.py', 'tests/test_tiny_qwen35.py', 'tests/test_engine.py', 'tests/test_parity.py', '-q', '-p', 'no:cacheprovider']))" > "$RES/exact_cuda.txt" 2>&1
+  log "exact: $(tail -1 "$RES/exact_cuda.txt")"
+}
+
+pflash() {   # pflash NAME LENGTHS: TTFT against both dense prefills
+  python3 bench/bench_pflash.py --target $M/q27.gguf --scorer $M/q3-0.6b.gguf --device cuda:0 --threads 8 \
+    --lengths "$2" --dense-max 0 --keep 0.05 --json "$RES/$1.json" > "$RES/$1.txt" 2>&1
+  log "$1 done"
+}
+
+engine_table() {   # issue 3's decode / prefill / verify-cost table
+  python3 bench/bench_engine.py --model $M/q27.gguf --device cuda:0 --threads 8 --decode-tokens 64 --repeats 3 \
+    --prefill 512,8192 --verify 1,2,4,8,16,32 --json "$RES/bench_q27.json" > "$RES/bench_q27.txt" 2>&1
+  log "engine table done"
+}
