@@ -61,6 +61,12 @@ class CMakeBuildExt(build_ext):
             ext.library_dirs += [str(libdir)]
             ext.libraries += ["ggml", "ggml-base", "stdc++"]
             ext.runtime_library_dirs += ["$ORIGIN/../llama_cpp/lib", "$ORIGIN/../lib", str(libdir)]
+            # the CUDA runtime, when the engine was built with its CUDA kernels (lib dir, then name)
+            link = (build_dir / "luce_link.txt").read_text().split() if (build_dir / "luce_link.txt").exists() else []
+            if link:
+                ext.library_dirs += [link[0]]
+                ext.libraries += link[1:]
+                ext.runtime_library_dirs += [link[0]]
             ext.depends += [str(p) for p in NATIVE.rglob("*.[ch]*")]
         super().run()
 

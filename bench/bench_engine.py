@@ -52,6 +52,20 @@ class LucePeer:
         self.engine.commit(0)
         return secs
 
+    def verify_steady_ms(self, prompt: list[int], batch: list[int], reps: int) -> list[float]:
+        """verify(batch) + commit(0) again and again after one prefill: a speculative loop's steady
+        state, where the verify graph is reused (and replayed as CUDA graphs). Milliseconds per verify."""
+        self.prefill_seconds(prompt)
+        out = []
+        for i in range(reps + 3):       # 3 warm-up rounds
+            t0 = time.perf_counter()
+            self.engine.verify(batch, logits=False)
+            secs = time.perf_counter() - t0
+            self.engine.commit(0)
+            if i >= 3:
+                out.append(secs * 1e3)
+        return out
+
     def decode_seconds(self, prompt: list[int], n: int) -> tuple[float, list[int]]:
         self.prefill_seconds(prompt)
         out = []
@@ -127,6 +141,9 @@ def main() -> int:
         for name in peers:   # milliseconds, and in units of one decode step
             ms = statistics.median(runs[name])
             verify[name][n] = {"ms": ms, "decode_steps": ms / (1e3 / med[name])}
+        steady = statistics.median(ours.verify_steady_ms(prompt, batch, max(10, args.repeats)))
+        verify["luce"][n].update({"steady_ms": steady, "steady_steps": steady / (1e3 / med["luce"])})
+    small_batch_evals = ours.engine.stats().get("n_small_batch_evals", 0)
     result = {
         "model": ours.model.name, "path": path, "weights": ours.model.weight_types, "device": args.device,
         "backend_device": ours.model.device, "threads": args.threads, "host": platform.node(),
@@ -135,6 +152,7 @@ def main() -> int:
         "greedy_tokens_identical": same_tokens,
         "prefill_tok_s": prefill,
         "verify": verify,
+        "small_batch_evals": small_batch_evals,
         "prefill_ratio": {n: prefill["luce"][n] / prefill["llama.cpp"][n] for n in prefill_lengths},
     }
     out = Path(args.json) if args.json else Path(__file__).resolve().parent / "results" / (
@@ -151,7 +169,9 @@ def main() -> int:
     for n in verify["luce"]:
         a, b = verify["luce"][n], verify["llama.cpp"][n]
         print(f"{f'verify {n} ms (steps)':<22}{a['ms']:>7.1f} ({a['decode_steps']:.1f}){b['ms']:>6.1f} ({b['decode_steps']:.1f})"
-              f"{b['ms'] / a['ms']:>6.2f}x")
+              f"{b['ms'] / a['ms']:>6.2f}x   luce steady {a['steady_ms']:.1f} ({a['steady_steps']:.2f})")
+    print("verify: after a fresh prefill each time (both engines); luce steady: repeated verify + commit(0)")
+    print(f"luce evaluations on the CUDA small-batch kernels: {small_batch_evals}")
     print(f"greedy tokens identical: {same_tokens}   json: {out}")
     return 0
 

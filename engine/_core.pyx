@@ -45,6 +45,24 @@ def devices():
     return out
 
 
+def cuda_small_gemm(int device, int ggml_type, w, int nrows, int k, x):
+    """y = W x on CUDA device `device` with luce's small-batch kernel (a diagnostic for tests).
+    w: the quantized rows as bytes (nrows rows of k values of ggml_type); x: float32 [n, k].
+    Returns float32 [n, nrows]. UnsupportedError without the CUDA kernels."""
+    cdef const unsigned char[::1] wv = memoryview(bytes(w))
+    xs = np.ascontiguousarray(x, dtype=np.float32)
+    if xs.ndim != 2 or xs.shape[1] != k:
+        raise ValueError(f"x must be [n, {k}]")
+    cdef float[:, ::1] xv = xs
+    y = np.zeros((xs.shape[0], nrows), dtype=np.float32)
+    cdef float[:, ::1] yv = y
+    cdef int n = xs.shape[0]
+    with nogil:
+        st = luce_cuda_small_gemm(device, ggml_type, &wv[0], nrows, k, &xv[0, 0], n, &yv[0, 0])
+    _check(st)
+    return y
+
+
 cdef dict _plan_dict(luce_memory_plan * p):
     return {"weights": p.weights, "kv_cache": p.kv_cache, "recurrent": p.recurrent, "compute": p.compute,
             "outputs": p.outputs,
@@ -322,7 +340,8 @@ cdef class CoreEngine:
                 "n_decode_tokens": s.n_decode_tokens, "decode_ms": s.decode_ms, "sample_ms": s.sample_ms,
                 "n_graph_builds": s.n_graph_builds, "n_graph_reuses": s.n_graph_reuses,
                 "n_replayed_tokens": s.n_replayed_tokens,
-                "compute_buffer_bytes": s.compute_buffer_bytes}
+                "compute_buffer_bytes": s.compute_buffer_bytes,
+                "n_small_batch_evals": s.n_small_batch_evals}
 
     def reset_stats(self):
         luce_engine_reset_stats(self.ptr)

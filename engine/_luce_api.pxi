@@ -135,6 +135,7 @@ cdef extern from "luce.h" nogil:
         int64_t n_graph_reuses
         int64_t n_replayed_tokens
         uint64_t compute_buffer_bytes
+        int64_t n_small_batch_evals
     void luce_engine_stats(const luce_engine * engine, luce_stats * out)
     void luce_engine_reset_stats(luce_engine * engine)
     luce_status luce_engine_memory_plan(const luce_engine * engine, luce_memory_plan * plan)
@@ -230,3 +231,5 @@ cdef extern from "luce.h" nogil:
         uint64_t total
     luce_status luce_draft_plan(const char * path, const luce_model * target, int32_t n_ctx_draft, int32_t capture_ring,
                                 luce_draft_plan_info * out)
+    luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, const void * w, int64_t nrows, int64_t k,
+                                     const float * x, int32_t n, float * y)

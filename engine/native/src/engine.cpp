@@ -83,6 +83,7 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
                  params_.n_verify_max);
     sched_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), graph_max_nodes(m_), false, true);
     if (!sched_) throw Error(LUCE_ERR_DEVICE, "cannot create the graph scheduler");
+    if (!device_is_cpu(m_.dev)) small_batch_ = make_small_batch_runner(backend_);
     reserve_worst_case();
 }
 
@@ -123,12 +124,20 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify)
     logits_.invalidate();   // the logits tensor is rewritten (or freed) below: unread rows are lost
     if (!graph_ || !(graph_->shape == shape)) {
         graph_.reset();
+        graph_piecewise_ = false;
         graph_ = build_graph(m_, kv_, shape);
         ggml_backend_sched_reset(sched_);
+        const bool piecewise = small_batch_ && small_batch_->wants(n);
+        if (piecewise) {
+            for (ggml_tensor * t : {graph_->tokens, graph_->pos, graph_->kv_idx, graph_->cap_idx, graph_->mask}) {
+                small_batch_->place_input(sched_, t);
+            }
+        }
         if (!ggml_backend_sched_alloc_graph(sched_, graph_->gf)) {
             graph_.reset();
             throw Error(LUCE_ERR_MEMORY, "cannot allocate compute buffers for a batch of " + std::to_string(n) + " tokens");
         }
+        graph_piecewise_ = piecewise && small_batch_->prepare(sched_, graph_->gf);
         stats_.n_graph_builds++;
     } else {
         stats_.n_graph_reuses++;
@@ -163,7 +172,8 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify)
     }
     ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
 
-    const ggml_status status = ggml_backend_sched_graph_compute(sched_, g.gf);
+    if (graph_piecewise_) stats_.n_small_batch_evals++;
+    const ggml_status status = graph_piecewise_ ? small_batch_->compute(g.gf) : ggml_backend_sched_graph_compute(sched_, g.gf);
     if (status != GGML_STATUS_SUCCESS && replay_on_failure) replay_context();
     if (status == GGML_STATUS_ABORTED) {
         // Nothing is committed: cells written past the context stay hidden by the mask.

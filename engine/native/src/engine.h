@@ -6,6 +6,7 @@
 #include "logit_rows.h"
 #include "model.h"
 #include "sampler.h"
+#include "small_batch_runner.h"
 
 #include "ggml-backend.h"
 
@@ -87,6 +88,8 @@ private:
     ggml_backend_t cpu_backend_ = nullptr;   // fallback for ops the device lacks (null when device is CPU)
     ggml_backend_sched_t sched_ = nullptr;
     std::unique_ptr<ForwardGraph> graph_;    // last built graph, replayed while the shape repeats
+    std::unique_ptr<SmallBatchRunner> small_batch_;   // CUDA: few-token graphs with our matmul kernels
+    bool graph_piecewise_ = false;           // graph_ runs on small_batch_ (else on the scheduler)
 
     std::vector<int32_t> tokens_;            // the context
     LogitRows logits_;                       // rows of the last evaluation (lazily downloaded)

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# H200 run for luce's CUDA small-batch GEMM (engine/native/cuda): builds with the kernels, then in
+# order: the kernel against its float64 reference (gemm_test.txt), the small-batch path against the
+# scheduler path on the 27B-shaped model (check.txt), issue 3's decode / prefill / verify-cost table
+# (bench_q27.txt), DFlash at L = 6 with and without the kernels (spec6.txt, spec6_off.txt), the
+# exactness tests on cuda:0 (exact_cuda.txt) and a kernel profile of decode and a 16-token verify
+# (profile.txt). Results go to $RES as they come.
+set -uo pipefail
+. bench/gpu/h200_steps.sh
+write_models qwen35 dflash > /tmp/models.txt 2>&1 &
+models=$!
+log "build start"
+LUCE_CUDA_ARCHITECTURES=90 bash .device/build.sh > /tmp/build.txt 2>&1 || {
+  tail -60 /tmp/build.txt | tee -a "$RES/progress.txt"; tail -80 "${OUT:-/tmp}/device-build.log" > "$RES/build_tail.txt"; exit 1; }
+log "built: $(grep -h 'luce: small-batch' "${OUT:-/tmp}/device-build.log" build/native/CMakeFiles/CMakeOutput.log 2>/dev/null | head -1)"
+LUCE_TEST_DEVICE=cuda:0 timeout 300 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_cuda_small_gemm.py', '-q', '-p', 'no:cacheprovider']))" > "$RES/gemm_test.txt" 2>&1
+log "gemm test: $(tail -1 "$RES/gemm_test.txt")"
+wait $models; log "models: $(tail -1 /tmp/models.txt)"
+timeout 300 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf > "$RES/check.txt" 2>&1
+log "check: $(tail -1 "$RES/check.txt")"
+engine_table
+log "table: $(grep -E 'verify 16' "$RES/bench_q27.txt")"
+spec6() {   # spec6 NAME [env...]: DFlash chain at L = 6, ours only
+  env "${@:2}" timeout 400 python3 bench/bench_spec.py --target $M/q27.gguf --draft $M/q27-dflash.gguf --device cuda:0 \
+    --threads 8 --repeats 3 --tokens 512 --lengths 6 --json "$RES/$1.json" > "$RES/$1.txt" 2>&1
+  log "$1: $(tail -3 "$RES/$1.txt" | head -1)"
+}
+spec6 spec6
+spec6 spec6_off LUCE_SMALL_BATCH_GEMM=0
+exact_cuda
+timeout 200 python3 bench/gpu/profile_kernels.py --model $M/q27.gguf --verify 16 > "$RES/profile.txt" 2>&1
+log "all done"

@@ -1,0 +1,314 @@
+// small_batch_gemm.cu — see small_batch_gemm.h.
+//
+// Work split: a block of 8 warps owns one tile of 16 weight rows; its warps take the row's 256-value
+// superblocks round-robin and each multiplies its superblocks with every column on the tensor cores
+// (mma.sync int8: 16 rows × 8 columns × 32 values for Q4_K, × 16 values for Q6_K, whose scales cover
+// 16 values). The 8 partial sums meet in shared memory in a fixed order, so results are
+// deterministic. The next superblock's weights are loaded before the current one is multiplied.
+//
+// Inside one 32-value sub-block the order of the dot product is free, so the mma's k index is
+// permuted to match the memory layout: thread t of a quad (lane % 4) holds bytes [8t, 8t+8) of a
+// sub-block as its two k-registers, for the weights and the activations alike.
+#include "small_batch_gemm.h"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace luce::cuda {
+namespace {
+
+constexpr int kQK = 256;          // values per K-quant superblock
+constexpr int kWarps = 8;         // warps per block, splitting one row tile's superblocks
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTileRows = 16;     // mma M
+constexpr int kQ4KBytes = 144;    // d, dmin (f16), scales[12], qs[128]
+constexpr int kQ6KBytes = 210;    // ql[128], qh[64], scales[16] (int8), d (f16)
+
+// ---- activations: int8 per 32 values, (d, d*sum) per block, columns padded to n_pad ----------
+// layout in scratch: xq[n_pad][k] int8, then xs[k/32][n_pad] float2
+__host__ __device__ inline size_t xq_bytes(int64_t k, int n_pad) { return size_t(n_pad) * size_t(k); }
+
+__global__ void quantize_columns(const float * __restrict__ x, int64_t x_stride, int n, int n_pad, int64_t k,
+                                 int8_t * __restrict__ xq, float2 * __restrict__ xs) {
+    const int64_t pair = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;   // (32-block, column), column fastest
+    const int lane = threadIdx.x % 32;
+    const int64_t n_blocks = k / 32;
+    if (pair >= n_blocks * n_pad) return;
+    const int col = int(pair % n_pad);
+    const int64_t b = pair / n_pad;
+    const float v = col < n ? x[col * x_stride + b * 32 + lane] : 0.0f;
+    float amax = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.0f;
+    const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
+    int sum = q;
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    xq[int64_t(col) * k + b * 32 + lane] = int8_t(q);
+    if (lane == 0) xs[b * n_pad + col] = make_float2(d, d * float(sum));
+}
+
+// ---- tensor-core primitives -------------------------------------------------------------------
+__device__ __forceinline__ void mma_k32(int (&c)[4], int a0, int a1, int a2, int a3, int b0, int b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_k16(int (&c)[4], int a0, int a1, int b0) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+}
+
+__device__ __forceinline__ float f16_bits(uint32_t bits16) { return __half2float(__ushort_as_half(uint16_t(bits16))); }
+__device__ __forceinline__ uint32_t byte_of(const uint32_t * w, int i) { return (w[i / 4] >> (8 * (i % 4))) & 0xffu; }
+
+// 32-bit load from a 2-byte aligned address (Q6_K blocks are 210 bytes, so only 2-aligned)
+__device__ __forceinline__ uint32_t load_u32_a2(const uint8_t * p) {
+    const uint16_t * h = reinterpret_cast<const uint16_t *>(p);
+    return uint32_t(h[0]) | (uint32_t(h[1]) << 16);
+}
+
+// ---- shared epilogue: sum the warps' partials in a fixed order and store -------------------------
+template <int NT>
+__device__ __forceinline__ void reduce_and_store(float (&acc)[NT][4], float * __restrict__ y, int64_t y_stride,
+                                                 int64_t row0, int64_t nrows, int n) {
+    constexpr int n_pad = 8 * NT;
+    __shared__ float red[kWarps][kTileRows][n_pad];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        red[warp][g][nt * 8 + 2 * t] = acc[nt][0];
+        red[warp][g][nt * 8 + 2 * t + 1] = acc[nt][1];
+        red[warp][g + 8][nt * 8 + 2 * t] = acc[nt][2];
+        red[warp][g + 8][nt * 8 + 2 * t + 1] = acc[nt][3];
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kTileRows * n_pad; idx += kThreads) {
+        const int r = idx % kTileRows, c = idx / kTileRows;   // consecutive threads: consecutive rows
+        if (c >= n || row0 + r >= nrows) continue;
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) s += red[w][r][c];
+        y[int64_t(c) * y_stride + row0 + r] = s;
+    }
+}
+
+// ---- Q4_K: y = d*sc*q - dmin*m per 32-value sub-block -------------------------------------------
+struct Q4KRows {           // one thread's part of one superblock, for its rows g and g+8
+    uint4 head[2];         // d|dmin, scales[12]
+    uint2 qs[2][4];        // bytes [32j + 8t, 32j + 8t + 8) of qs, j = 0..3
+};
+
+__device__ __forceinline__ void load_q4k(Q4KRows & r, const uint8_t * a, const uint8_t * b, int t) {
+    r.head[0] = *reinterpret_cast<const uint4 *>(a);
+    r.head[1] = *reinterpret_cast<const uint4 *>(b);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        r.qs[0][j] = *reinterpret_cast<const uint2 *>(a + 16 + 32 * j + 8 * t);
+        r.qs[1][j] = *reinterpret_cast<const uint2 *>(b + 16 + 32 * j + 8 * t);
+    }
+}
+
+// 6-bit scale and min of sub-block j from the 12 packed bytes (ggml's get_scale_min_k4)
+__device__ __forceinline__ void q4k_scale_min(const uint32_t * s, int j, int & sc, int & m) {
+    if (j < 4) {
+        sc = int(byte_of(s, j) & 63);
+        m = int(byte_of(s, j + 4) & 63);
+    } else {
+        sc = int((byte_of(s, j + 4) & 0xF) | ((byte_of(s, j - 4) >> 6) << 4));
+        m = int((byte_of(s, j + 4) >> 4) | ((byte_of(s, j) >> 6) << 4));
+    }
+}
+
+template <int NT>
+__global__ void __launch_bounds__(kThreads) gemm_q4_K(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
+                                                     int64_t n_super, const int8_t * __restrict__ xq,
+                                                     const float2 * __restrict__ xs, int64_t k, int n,
+                                                     float * __restrict__ y, int64_t y_stride) {
+    constexpr int n_pad = 8 * NT;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int64_t row0 = int64_t(blockIdx.x) * kTileRows;
+    const uint8_t * wa = w + min(row0 + g, nrows - 1) * row_bytes;       // rows past the end repeat the last
+    const uint8_t * wb = w + min(row0 + g + 8, nrows - 1) * row_bytes;   // one; their sums are not stored
+    float acc[NT][4] = {};
+
+    Q4KRows cur, next;
+    int64_t i = warp;
+    if (i < n_super) load_q4k(cur, wa + i * kQ4KBytes, wb + i * kQ4KBytes, t);
+    for (; i < n_super; i += kWarps) {
+        if (i + kWarps < n_super) load_q4k(next, wa + (i + kWarps) * kQ4KBytes, wb + (i + kWarps) * kQ4KBytes, t);
+        float d[2], dmin[2];
+        uint32_t sc_words[2][3];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            d[r] = f16_bits(cur.head[r].x & 0xffffu);
+            dmin[r] = f16_bits(cur.head[r].x >> 16);
+            sc_words[r][0] = cur.head[r].y;
+            sc_words[r][1] = cur.head[r].z;
+            sc_words[r][2] = cur.head[r].w;
+        }
+#pragma unroll
+        for (int sb = 0; sb < 8; ++sb) {
+            const int j = sb / 2, shift = 4 * (sb % 2);
+            const int a0 = int((cur.qs[0][j].x >> shift) & 0x0F0F0F0Fu);
+            const int a1 = int((cur.qs[1][j].x >> shift) & 0x0F0F0F0Fu);
+            const int a2 = int((cur.qs[0][j].y >> shift) & 0x0F0F0F0Fu);
+            const int a3 = int((cur.qs[1][j].y >> shift) & 0x0F0F0F0Fu);
+            float fs[2], fm[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                int sc, m;
+                q4k_scale_min(sc_words[r], sb, sc, m);
+                fs[r] = d[r] * float(sc);
+                fm[r] = dmin[r] * float(m);
+            }
+            const int64_t kk = i * kQK + sb * 32 + 8 * t;
+            const float2 * s_blk = xs + (i * 8 + sb) * n_pad + 2 * t;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const uint2 bx = *reinterpret_cast<const uint2 *>(xq + int64_t(nt * 8 + g) * k + kk);
+                int c[4] = {0, 0, 0, 0};
+                mma_k32(c, a0, a1, a2, a3, int(bx.x), int(bx.y));
+                const float4 s = *reinterpret_cast<const float4 *>(s_blk + nt * 8);   // (d, d*sum) of columns 2t, 2t+1
+                acc[nt][0] += fs[0] * s.x * float(c[0]) - fm[0] * s.y;
+                acc[nt][1] += fs[0] * s.z * float(c[1]) - fm[0] * s.w;
+                acc[nt][2] += fs[1] * s.x * float(c[2]) - fm[1] * s.y;
+                acc[nt][3] += fs[1] * s.z * float(c[3]) - fm[1] * s.w;
+            }
+        }
+        cur = next;
+    }
+    reduce_and_store<NT>(acc, y, y_stride, row0, nrows, n);
+}
+
+// ---- Q6_K: y = d*sc*(q - 32) per 16-value group --------------------------------------------------
+// Value v = 128h + 32m + l (h = 0..1, m = 0..3, l = 0..31) has its low 4 bits in nibble m/2 of
+// ql[64h + 32(m%2) + l] and its high 2 bits at bit 2m of qh[32h + l]; group G = v/16 has scale sc[G].
+struct Q6KRows {
+    uint32_t ql[2][8];     // [row][h*4 + (m%2)*2 + lh]: bytes 64h + 32(m%2) + 16lh + 4t .. +4
+    uint32_t qh[2][4];     // [row][h*2 + lh]:            bytes 32h + 16lh + 4t .. +4
+    uint32_t sc[2][4];     // [row]: the 16 int8 scales
+    float d[2];
+};
+
+__device__ __forceinline__ void load_q6k(Q6KRows & r, const uint8_t * a, const uint8_t * b, int t) {
+    const uint8_t * rows[2] = {a, b};
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+        const uint8_t * p = rows[x];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int mh = 0; mh < 2; ++mh) {
+#pragma unroll
+                for (int lh = 0; lh < 2; ++lh) r.ql[x][h * 4 + mh * 2 + lh] = load_u32_a2(p + 64 * h + 32 * mh + 16 * lh + 4 * t);
+            }
+#pragma unroll
+            for (int lh = 0; lh < 2; ++lh) r.qh[x][h * 2 + lh] = load_u32_a2(p + 128 + 32 * h + 16 * lh + 4 * t);
+        }
+#pragma unroll
+        for (int q = 0; q < 4; ++q) r.sc[x][q] = load_u32_a2(p + 192 + 4 * q);
+        r.d[x] = __half2float(*reinterpret_cast<const __half *>(p + 208));
+    }
+}
+
+template <int NT>
+__global__ void __launch_bounds__(kThreads) gemm_q6_K(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
+                                                     int64_t n_super, const int8_t * __restrict__ xq,
+                                                     const float2 * __restrict__ xs, int64_t k, int n,
+                                                     float * __restrict__ y, int64_t y_stride) {
+    constexpr int n_pad = 8 * NT;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int64_t row0 = int64_t(blockIdx.x) * kTileRows;
+    const uint8_t * wa = w + min(row0 + g, nrows - 1) * row_bytes;
+    const uint8_t * wb = w + min(row0 + g + 8, nrows - 1) * row_bytes;
+    float acc[NT][4] = {};
+
+    Q6KRows cur, next;
+    int64_t i = warp;
+    if (i < n_super) load_q6k(cur, wa + i * kQ6KBytes, wb + i * kQ6KBytes, t);
+    for (; i < n_super; i += kWarps) {
+        if (i + kWarps < n_super) load_q6k(next, wa + (i + kWarps) * kQ6KBytes, wb + (i + kWarps) * kQ6KBytes, t);
+#pragma unroll
+        for (int G = 0; G < 16; ++G) {
+            const int h = G / 8, m = (G / 2) % 4, lh = G % 2;
+            int a[2];
+            float fs[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const uint32_t lo = (cur.ql[r][h * 4 + (m % 2) * 2 + lh] >> (4 * (m / 2))) & 0x0F0F0F0Fu;
+                const uint32_t hi = ((cur.qh[r][h * 2 + lh] >> (2 * m)) & 0x03030303u) << 4;
+                a[r] = int(__vsub4(lo | hi, 0x20202020u));
+                fs[r] = cur.d[r] * float(int8_t(byte_of(cur.sc[r], G)));
+            }
+            const int64_t kk = i * kQK + G * 16 + 4 * t;
+            const float2 * s_blk = xs + (i * 8 + G / 2) * n_pad + 2 * t;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const uint32_t bx = *reinterpret_cast<const uint32_t *>(xq + int64_t(nt * 8 + g) * k + kk);
+                int c[4] = {0, 0, 0, 0};
+                mma_k16(c, a[0], a[1], int(bx));
+                const float4 s = *reinterpret_cast<const float4 *>(s_blk + nt * 8);
+                acc[nt][0] += fs[0] * s.x * float(c[0]);
+                acc[nt][1] += fs[0] * s.z * float(c[1]);
+                acc[nt][2] += fs[1] * s.x * float(c[2]);
+                acc[nt][3] += fs[1] * s.z * float(c[3]);
+            }
+        }
+        cur = next;
+    }
+    reduce_and_store<NT>(acc, y, y_stride, row0, nrows, n);
+}
+
+int n_tiles(int n) { return (n + 7) / 8; }
+
+template <int NT>
+cudaError_t launch(const SmallGemm & g, const int8_t * xq, const float2 * xs, cudaStream_t s) {
+    const dim3 grid(unsigned((g.nrows + kTileRows - 1) / kTileRows));
+    const auto * w = static_cast<const uint8_t *>(g.w);
+    if (g.type == 12) {
+        gemm_q4_K<NT><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
+    } else {
+        gemm_q6_K<NT><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
+    }
+    return cudaGetLastError();
+}
+
+} // namespace
+
+bool small_gemm_supports(int ggml_type) { return ggml_type == 12 || ggml_type == 14; }
+
+size_t small_gemm_scratch_bytes(int64_t k, int n) {
+    const int n_pad = 8 * n_tiles(n);
+    return xq_bytes(k, n_pad) + size_t(k / 32) * size_t(n_pad) * sizeof(float2);
+}
+
+int small_gemm_quantize(const SmallGemm & g, void * scratch, void * stream) {
+    if (g.n < 1 || g.n > kSmallGemmMaxCols || g.k % kQK != 0) return int(cudaErrorInvalidValue);
+    const int n_pad = 8 * n_tiles(g.n);
+    auto * xq = static_cast<int8_t *>(scratch);
+    auto * xs = reinterpret_cast<float2 *>(xq + xq_bytes(g.k, n_pad));
+    const int64_t pairs = (g.k / 32) * n_pad;
+    quantize_columns<<<unsigned((pairs + kWarps - 1) / kWarps), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        g.x, g.x_stride, g.n, n_pad, g.k, xq, xs);
+    return int(cudaGetLastError());
+}
+
+int small_gemm_multiply(const SmallGemm & g, const void * scratch, void * stream) {
+    if (!small_gemm_supports(g.type) || g.n < 1 || g.n > kSmallGemmMaxCols || g.k % kQK != 0) {
+        return int(cudaErrorInvalidValue);
+    }
+    const int n_pad = 8 * n_tiles(g.n);
+    const auto * xq = static_cast<const int8_t *>(scratch);
+    const auto * xs = reinterpret_cast<const float2 *>(xq + xq_bytes(g.k, n_pad));
+    auto s = static_cast<cudaStream_t>(stream);
+    switch (n_tiles(g.n)) {
+        case 1: return int(launch<1>(g, xq, xs, s));
+        case 2: return int(launch<2>(g, xq, xs, s));
+        case 3: return int(launch<3>(g, xq, xs, s));
+        default: return int(launch<4>(g, xq, xs, s));
+    }
+}
+
+} // namespace luce::cuda

@@ -1,0 +1,264 @@
+// small_batch_runner_cuda.cpp — the CUDA implementation of small_batch_runner.h.
+#include "small_batch_runner.h"
+
+#include "small_batch_gemm.h"
+
+#include "api_guard.h"
+
+#include "ggml.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+// ggml-backend.h leaves ggml_backend_event opaque. The pinned ggml (llama-cpp-python 0.3.36,
+// ggml-backend-impl.h) defines it as below, and its CUDA backend keeps a cudaEvent_t in `context`.
+// Only cuda_event() reads it, and make_small_batch_runner() checks the layout before use.
+struct ggml_backend_event {
+    ggml_backend_dev_t device;
+    void * context;
+};
+
+namespace luce {
+namespace {
+
+constexpr int kMinTokens = 2;
+constexpr int kMaxTokens = cuda::kSmallGemmMaxCols;
+
+cudaEvent_t cuda_event(ggml_backend_event_t ev) { return static_cast<cudaEvent_t>(ev->context); }
+
+const ggml_tensor * storage(const ggml_tensor * t) { return t->view_src ? t->view_src : t; }
+
+// A matmul our kernels compute exactly as ggml defines it: quantized 2D weights in device memory
+// with aligned rows, f32 activations and output with contiguous columns, 2..32 columns.
+bool replaceable(const ggml_tensor * t) {
+    if (t->op != GGML_OP_MUL_MAT) return false;
+    const ggml_tensor * w = t->src[0];
+    const ggml_tensor * x = t->src[1];
+    if (!cuda::small_gemm_supports(int(w->type)) || x->type != GGML_TYPE_F32 || t->type != GGML_TYPE_F32) return false;
+    if (w->ne[2] != 1 || w->ne[3] != 1 || x->ne[2] != 1 || x->ne[3] != 1) return false;
+    if (x->ne[1] < kMinTokens || x->ne[1] > kMaxTokens || w->ne[0] % 256 != 0 || x->ne[0] != w->ne[0]) return false;
+    if (w->nb[0] != ggml_type_size(w->type) || x->nb[0] != sizeof(float) || t->nb[0] != sizeof(float)) return false;
+    if (x->nb[1] % sizeof(float) != 0 || t->nb[1] % sizeof(float) != 0) return false;
+    const size_t align = w->type == GGML_TYPE_Q4_K ? 16 : 2;   // Q4_K: 16-byte block headers; Q6_K: 2-byte fields
+    if (reinterpret_cast<uintptr_t>(w->data) % align != 0 || w->nb[1] % align != 0) return false;
+    const ggml_backend_buffer_t wbuf = storage(w)->buffer;
+    return wbuf && !ggml_backend_buffer_is_host(wbuf) && w->data && x->data && t->data;
+}
+
+cuda::SmallGemm gemm_of(const ggml_tensor * t) {
+    const ggml_tensor * w = t->src[0];
+    const ggml_tensor * x = t->src[1];
+    cuda::SmallGemm g{};
+    g.type = int(w->type);
+    g.w = w->data;
+    g.nrows = w->ne[1];
+    g.k = w->ne[0];
+    g.row_bytes = w->nb[1];
+    g.x = static_cast<const float *>(x->data);
+    g.x_stride = int64_t(x->nb[1] / sizeof(float));
+    g.n = int(x->ne[1]);
+    g.y = static_cast<float *>(t->data);
+    g.y_stride = int64_t(t->nb[1] / sizeof(float));
+    return g;
+}
+
+class CudaSmallBatchRunner final : public SmallBatchRunner {
+public:
+    CudaSmallBatchRunner(ggml_backend_t backend, int device, ggml_backend_event_t to_ours, ggml_backend_event_t to_ggml,
+                         cudaStream_t stream)
+        : backend_(backend), device_(device), to_ours_(to_ours), to_ggml_(to_ggml), stream_(stream) {}
+
+    ~CudaSmallBatchRunner() override {
+        if (pieces_ctx_) ggml_free(pieces_ctx_);
+        cudaSetDevice(device_);
+        if (scratch_) cudaFree(scratch_);
+        if (stream_) cudaStreamDestroy(stream_);
+        ggml_backend_event_free(to_ours_);
+        ggml_backend_event_free(to_ggml_);
+    }
+
+    bool wants(int n) const override { return n >= kMinTokens && n <= kMaxTokens; }
+
+    void place_input(ggml_backend_sched_t sched, ggml_tensor * input) override {
+        if (input) ggml_backend_sched_set_tensor_backend(sched, input, backend_);
+    }
+
+    bool prepare(ggml_backend_sched_t sched, ggml_cgraph * gf) override {
+        pieces_.clear();
+        n_replaced_ = 0;
+        const int n_nodes = ggml_graph_n_nodes(gf);
+        if (n_nodes == 0 || ggml_backend_sched_get_n_splits(sched) != 1 ||
+            ggml_backend_sched_get_tensor_backend(sched, ggml_graph_node(gf, 0)) != backend_) {
+            return false;
+        }
+        size_t need = 0;
+        for (int i = 0; i < n_nodes; ++i) {
+            const ggml_tensor * t = ggml_graph_node(gf, i);
+            const bool ours = replaceable(t);
+            if (ours) {
+                ++n_replaced_;
+                need = std::max(need, cuda::small_gemm_scratch_bytes(t->src[0]->ne[0], int(t->src[1]->ne[1])));
+            }
+            if (pieces_.empty() || pieces_.back().ours != ours) pieces_.push_back({i, i, ours, nullptr});
+            pieces_.back().end = i + 1;
+        }
+        if (n_replaced_ == 0) return false;
+        // ggml's node ranges as graphs of their own. ggml.h has no graph views, so these hold the
+        // same nodes without the parent's use counts: ggml fuses no ops across them, which only
+        // costs speed; the allocation stays the one planned for the whole graph.
+        size_t ctx_bytes = 0;
+        for (const Piece & p : pieces_) ctx_bytes += p.ours ? 0 : ggml_graph_overhead_custom(size_t(p.end - p.begin), false);
+        if (pieces_ctx_) ggml_free(pieces_ctx_);
+        ggml_init_params ip{ctx_bytes + 1024, nullptr, true};
+        pieces_ctx_ = ggml_init(ip);
+        if (!pieces_ctx_) return false;
+        for (Piece & p : pieces_) {
+            if (p.ours) continue;
+            p.graph = ggml_new_graph_custom(pieces_ctx_, size_t(p.end - p.begin), false);
+            for (int i = p.begin; i < p.end; ++i) ggml_graph_add_node(p.graph, ggml_graph_node(gf, i));
+        }
+        if (need > scratch_bytes_) {
+            cudaSetDevice(device_);
+            if (scratch_) cudaFree(scratch_);
+            scratch_ = nullptr;
+            scratch_bytes_ = 0;
+            if (cudaMalloc(&scratch_, need) != cudaSuccess) {
+                cudaGetLastError();
+                return false;   // the scheduler computes this graph instead
+            }
+            scratch_bytes_ = need;
+        }
+        return true;
+    }
+
+    ggml_status compute(ggml_cgraph * gf) override {
+        for (const Piece & p : pieces_) {
+            if (!p.ours) {
+                const ggml_status st = ggml_backend_graph_compute_async(backend_, p.graph);
+                if (st != GGML_STATUS_SUCCESS) return st;
+                continue;
+            }
+            // our stream starts when ggml's has produced the inputs; ggml's continues after ours
+            ggml_backend_event_record(to_ours_, backend_);
+            cudaSetDevice(device_);
+            if (cudaStreamWaitEvent(stream_, cuda_event(to_ours_), 0) != cudaSuccess) return GGML_STATUS_FAILED;
+            const ggml_tensor * quantized = nullptr;   // consecutive matmuls of one input share its quantization
+            for (int i = p.begin; i < p.end; ++i) {
+                const ggml_tensor * t = ggml_graph_node(gf, i);
+                const cuda::SmallGemm g = gemm_of(t);
+                if (t->src[1] != quantized) {
+                    if (cuda::small_gemm_quantize(g, scratch_, stream_) != 0) return GGML_STATUS_FAILED;
+                    quantized = t->src[1];
+                }
+                if (cuda::small_gemm_multiply(g, scratch_, stream_) != 0) return GGML_STATUS_FAILED;
+            }
+            if (cudaEventRecord(cuda_event(to_ggml_), stream_) != cudaSuccess) return GGML_STATUS_FAILED;
+            ggml_backend_event_wait(backend_, to_ggml_);
+        }
+        ggml_backend_synchronize(backend_);
+        return cudaGetLastError() == cudaSuccess ? GGML_STATUS_SUCCESS : GGML_STATUS_FAILED;
+    }
+
+    int n_replaced() const override { return n_replaced_; }
+    size_t scratch_bytes() const override { return scratch_bytes_; }
+
+private:
+    struct Piece {
+        int begin, end;   // node range [begin, end)
+        bool ours;        // our matmuls, or ggml's nodes
+        ggml_cgraph * graph;   // ggml's nodes [begin, end), in pieces_ctx_
+    };
+    ggml_context * pieces_ctx_ = nullptr;
+    ggml_backend_t backend_;
+    int device_;
+    ggml_backend_event_t to_ours_, to_ggml_;
+    cudaStream_t stream_;
+    void * scratch_ = nullptr;
+    size_t scratch_bytes_ = 0;
+    std::vector<Piece> pieces_;
+    int n_replaced_ = 0;
+};
+
+// The CUDA device index of a ggml device of the CUDA registry, or -1.
+int cuda_device_index(ggml_backend_dev_t dev) {
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
+    if (!reg || std::strcmp(ggml_backend_reg_name(reg), "CUDA") != 0) return -1;
+    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) {
+        if (ggml_backend_reg_dev_get(reg, i) == dev) return int(i);
+    }
+    return -1;
+}
+
+} // namespace
+
+std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend) {
+    const char * env = std::getenv("LUCE_SMALL_BATCH_GEMM");
+    if (env && std::string(env) == "0") return nullptr;
+    ggml_backend_dev_t dev = ggml_backend_get_device(backend);
+    const int device = dev ? cuda_device_index(dev) : -1;
+    if (device < 0) return nullptr;
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess || prop.major * 10 + prop.minor < cuda::kSmallGemmMinCC) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    ggml_backend_event_t a = ggml_backend_event_new(dev);
+    ggml_backend_event_t b = ggml_backend_event_new(dev);
+    // the layout check: both fields as ggml-backend-impl.h has them, and a live CUDA event inside
+    const bool layout_ok = a && b && a->device == dev && b->device == dev && a->context && b->context &&
+                           cudaEventQuery(cuda_event(a)) == cudaSuccess && cudaEventQuery(cuda_event(b)) == cudaSuccess;
+    cudaStream_t stream = nullptr;
+    if (layout_ok) {
+        cudaSetDevice(device);
+        if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) stream = nullptr;
+    }
+    if (!layout_ok || !stream) {
+        cudaGetLastError();
+        if (a) ggml_backend_event_free(a);
+        if (b) ggml_backend_event_free(b);
+        return nullptr;
+    }
+    return std::make_unique<CudaSmallBatchRunner>(backend, device, a, b, stream);
+}
+
+} // namespace luce
+
+extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, const void * w, int64_t nrows, int64_t k,
+                                            const float * x, int32_t n, float * y) {
+    using luce::Error;
+    return luce::guarded([&] {
+        REQUIRE(w && x && y && nrows > 0 && k > 0, "weights, activations and output are required");
+        REQUIRE(luce::cuda::small_gemm_supports(ggml_type), "the small-batch kernels take Q4_K and Q6_K weights");
+        REQUIRE(k % 256 == 0 && n >= 1 && n <= luce::cuda::kSmallGemmMaxCols, "k must be a multiple of 256 and n 1..32");
+        cudaDeviceProp prop{};
+        if (cudaSetDevice(device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess ||
+            prop.major * 10 + prop.minor < luce::cuda::kSmallGemmMinCC) {
+            cudaGetLastError();
+            throw Error(LUCE_ERR_UNSUPPORTED, "CUDA device " + std::to_string(device) + " cannot run the small-batch kernels");
+        }
+        const size_t row_bytes = size_t(k / 256) * (ggml_type == GGML_TYPE_Q4_K ? 144 : 210);
+        const size_t w_bytes = row_bytes * size_t(nrows), x_bytes = sizeof(float) * size_t(k) * size_t(n),
+                     y_bytes = sizeof(float) * size_t(nrows) * size_t(n);
+        const size_t s_bytes = luce::cuda::small_gemm_scratch_bytes(k, n);
+        void *dw = nullptr, *dx = nullptr, *dy = nullptr, *ds = nullptr;
+        auto release = [&] { for (void * p : {dw, dx, dy, ds}) if (p) cudaFree(p); };
+        bool ok = cudaMalloc(&dw, w_bytes) == cudaSuccess && cudaMalloc(&dx, x_bytes) == cudaSuccess &&
+                  cudaMalloc(&dy, y_bytes) == cudaSuccess && cudaMalloc(&ds, s_bytes) == cudaSuccess &&
+                  cudaMemcpy(dw, w, w_bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
+                  cudaMemcpy(dx, x, x_bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+        if (ok) {
+            luce::cuda::SmallGemm g{ggml_type, dw, nrows, k, row_bytes, static_cast<const float *>(dx), k, n,
+                                    static_cast<float *>(dy), nrows};
+            ok = luce::cuda::small_gemm_quantize(g, ds, nullptr) == 0 && luce::cuda::small_gemm_multiply(g, ds, nullptr) == 0 &&
+                 cudaMemcpy(y, dy, y_bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+        }
+        const cudaError_t err = cudaGetLastError();
+        release();
+        if (!ok) throw Error(LUCE_ERR_DEVICE, std::string("small-batch GEMM failed: ") + cudaGetErrorString(err));
+    });
+}

@@ -1,0 +1,42 @@
+// small_batch_runner.h — runs a graph of a few tokens (a draft verify, a short prefill) on a CUDA
+// device with its quantized matmuls on luce's small-batch GEMM (cuda/small_batch_gemm.h) and every
+// other node on ggml's CUDA backend.
+//
+// ggml's CUDA backend offers no way to plug a kernel into its graphs, so the graph is computed in
+// pieces: the node ranges between our matmuls go to ggml (each replayed as a CUDA graph once warm),
+// the matmuls to our stream, with events ordering the two streams on the device (the host does not
+// wait). Memory is the scheduler's: the graph is allocated as usual, as one split on the device with
+// its inputs there too, and computed in the same node order the allocator planned for.
+#pragma once
+
+#include "ggml-backend.h"
+
+#include <memory>
+
+namespace luce {
+
+class SmallBatchRunner {
+public:
+    virtual ~SmallBatchRunner() = default;
+
+    // Graphs of n tokens with kMinTokens <= n <= kMaxTokens qualify.
+    virtual bool wants(int n_tokens) const = 0;
+    // Between building and allocating a graph: keep these graph inputs on the device (then the graph
+    // is one split without input copies).
+    virtual void place_input(ggml_backend_sched_t sched, ggml_tensor * input) = 0;
+    // After allocation: true when gf can be computed piecewise (one split, on this device, with at
+    // least one matmul for our kernels); compute() then runs it. False leaves gf to the scheduler.
+    virtual bool prepare(ggml_backend_sched_t sched, ggml_cgraph * gf) = 0;
+    // Computes the prepared graph and waits for it.
+    virtual ggml_status compute(ggml_cgraph * gf) = 0;
+    // Matmuls of the prepared graph that run on our kernels.
+    virtual int n_replaced() const = 0;
+    // Device scratch held for the quantized activations.
+    virtual size_t scratch_bytes() const = 0;
+};
+
+// The runner for `backend`, or null when it cannot run there: not a CUDA device of compute
+// capability 8.0 or more, luce built without CUDA, or LUCE_SMALL_BATCH_GEMM=0 in the environment.
+std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend);
+
+} // namespace luce

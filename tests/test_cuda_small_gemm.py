@@ -1,0 +1,69 @@
+"""luce's CUDA small-batch GEMM (engine/native/cuda/small_batch_gemm.cu) against a float64 reference.
+
+The weights are random Q4_K / Q6_K blocks (every scale and minimum bit pattern occurs), dequantized
+by the gguf package; the activations are quantized to int8 per 32 values exactly as the kernel
+does, so the only difference left is float rounding. Shapes cover a partial last row tile, a
+superblock count that does not divide among the block's warps, and every column-tile count.
+Runs with LUCE_TEST_DEVICE=cuda:N on a luce built with its CUDA kernels.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from gguf import quants
+
+from luce_engine import _core
+
+DEVICE = os.environ.get("LUCE_TEST_DEVICE", "")
+pytestmark = pytest.mark.skipif(not DEVICE.startswith("cuda"), reason="needs LUCE_TEST_DEVICE=cuda:N")
+BLOCK_BYTES = {QT.Q4_K: 144, QT.Q6_K: 210}
+
+
+def random_blocks(rng: np.random.Generator, qtype: QT, nrows: int, k: int) -> np.ndarray:
+    raw = rng.integers(0, 256, size=(nrows, k // 256, BLOCK_BYTES[qtype]), dtype=np.uint8)
+    d = rng.uniform(1e-3, 1e-2, size=raw.shape[:2]).astype(np.float16).view(np.uint8).reshape(*raw.shape[:2], 2)
+    if qtype == QT.Q4_K:   # d, dmin lead the block
+        raw[..., 0:2] = d
+        raw[..., 2:4] = rng.uniform(0, 1e-2, size=raw.shape[:2]).astype(np.float16).view(np.uint8).reshape(d.shape)
+    else:                  # d ends it
+        raw[..., 208:210] = d
+    return raw.reshape(nrows, -1)
+
+
+def as_kernel_sees(x: np.ndarray) -> np.ndarray:
+    """x [n, k] after int8 quantization per 32 values (scale amax/127, round to nearest even)."""
+    n, k = x.shape
+    blocks = x.reshape(n, k // 32, 32)
+    d = (np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)).astype(np.float32)
+    q = np.where(d > 0, np.rint(blocks / np.where(d > 0, d, 1)), 0).astype(np.float32)
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(n, k)
+
+
+def device_index() -> int:
+    return int(DEVICE.split(":")[1]) if ":" in DEVICE else 0
+
+
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
+@pytest.mark.parametrize("n", [2, 5, 8, 9, 16, 24, 32])
+def test_matches_reference(qtype, n):
+    rng = np.random.default_rng(100 + n)
+    nrows, k = 40, 256 * 11      # 3 row tiles (the last one partial); 11 superblocks over 8 warps
+    w = random_blocks(rng, qtype, nrows, k)
+    weights = quants.dequantize(w, qtype).astype(np.float64)   # [nrows, k]
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    y = _core.cuda_small_gemm(device_index(), int(qtype), w.tobytes(), nrows, k, x)
+    ref = as_kernel_sees(x) @ weights.T
+    assert y.shape == (n, nrows)
+    err = np.abs(y - ref).max() / np.abs(ref).max()
+    assert err < 2e-4, f"max error {err:.2e} of the largest output"
+
+
+def test_rejects_what_it_cannot_run():
+    w = random_blocks(np.random.default_rng(0), QT.Q4_K, 16, 256)
+    with pytest.raises(Exception, match="multiple of 256"):
+        _core.cuda_small_gemm(device_index(), int(QT.Q4_K), w.tobytes(), 16, 255, np.zeros((2, 255), np.float32))
+    with pytest.raises(Exception, match="Q4_K and Q6_K"):
+        _core.cuda_small_gemm(device_index(), int(QT.Q8_0), w.tobytes(), 16, 256, np.zeros((2, 256), np.float32))
