@@ -45,7 +45,7 @@ def devices():
     return out
 
 
-def cuda_small_gemm(int device, int ggml_type, w, int nrows, int k, x):
+def cuda_small_gemm(int device, int ggml_type, w, int nrows, int k, x, int variant=0):
     """y = W x on CUDA device `device` with luce's small-batch kernel (a diagnostic for tests).
     w: the quantized rows as bytes (nrows rows of k values of ggml_type); x: float32 [n, k].
     Returns float32 [n, nrows]. UnsupportedError without the CUDA kernels."""
@@ -58,7 +58,7 @@ def cuda_small_gemm(int device, int ggml_type, w, int nrows, int k, x):
     cdef float[:, ::1] yv = y
     cdef int n = xs.shape[0]
     with nogil:
-        st = luce_cuda_small_gemm(device, ggml_type, &wv[0], nrows, k, &xv[0, 0], n, &yv[0, 0])
+        st = luce_cuda_small_gemm(device, ggml_type, &wv[0], nrows, k, &xv[0, 0], n, &yv[0, 0], variant)
     _check(st)
     return y
 

@@ -46,15 +46,16 @@ def device_index() -> int:
     return int(DEVICE.split(":")[1]) if ":" in DEVICE else 0
 
 
+@pytest.mark.parametrize("variant", [1, 2])
 @pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
 @pytest.mark.parametrize("n", [2, 5, 8, 9, 16, 24, 32])
-def test_matches_reference(qtype, n):
+def test_matches_reference(qtype, n, variant):
     rng = np.random.default_rng(100 + n)
-    nrows, k = 40, 256 * 11      # 3 row tiles (the last one partial); 11 superblocks over 8 warps
+    nrows, k = 72, 256 * 11      # partial last row tiles of 16 and 32; 11 superblocks over 8 warps
     w = random_blocks(rng, qtype, nrows, k)
     weights = quants.dequantize(w, qtype).astype(np.float64)   # [nrows, k]
     x = rng.standard_normal((n, k)).astype(np.float32)
-    y = _core.cuda_small_gemm(device_index(), int(qtype), w.tobytes(), nrows, k, x)
+    y = _core.cuda_small_gemm(device_index(), int(qtype), w.tobytes(), nrows, k, x, variant)
     ref = as_kernel_sees(x) @ weights.T
     assert y.shape == (n, nrows)
     err = np.abs(y - ref).max() / np.abs(ref).max()

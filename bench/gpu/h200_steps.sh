@@ -11,6 +11,7 @@ write_models() {
       qwen35) f=q27.gguf; preset=27b ;;
       dflash) f=q27-dflash.gguf; preset=27b ;;
       qwen3) f=q3-0.6b.gguf; preset=0.6b ;;
+      qwen35-tiny) arch=qwen35; f=q35-tiny.gguf; preset=tiny ;;
     esac
     [ -f $M/$f ] || python3 .device/make_random_gguf.py --arch $arch --preset $preset --out $M/$f
   done

@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # H200 run for luce's CUDA small-batch GEMM (engine/native/cuda): builds with the kernels, then in
-# order: the kernel against its float64 reference (gemm_test.txt), the small-batch path against the
-# scheduler path on the 27B-shaped model (check.txt), issue 3's decode / prefill / verify-cost table
-# (bench_q27.txt), DFlash at L = 6 with and without the kernels (spec6.txt, spec6_off.txt), the
-# exactness tests on cuda:0 (exact_cuda.txt) and a kernel profile of decode and a 16-token verify
-# (profile.txt). Results go to $RES as they come.
+# order: the kernels against their float64 reference (gemm_test.txt); each replaced matmul against
+# ggml's on a tiny and on the 27B-shaped qwen35 (node_check_*.txt); the small-batch path against the
+# scheduler path with steady-state timings of both kernel variants (check_q27.txt); a kernel profile
+# of decode and a 16-token verify (profile.txt); issue 3's table against llama.cpp (bench_q27.txt);
+# DFlash at L = 6 with and without the kernels (spec6*.txt); the exactness tests on cuda:0.
 set -uo pipefail
 . bench/gpu/h200_steps.sh
-write_models qwen35 dflash > /tmp/models.txt 2>&1 &
+write_models qwen35-tiny qwen35 dflash > /tmp/models.txt 2>&1 &
 models=$!
 log "build start"
 LUCE_CUDA_ARCHITECTURES=90 bash .device/build.sh > /tmp/build.txt 2>&1 || {
   tail -60 /tmp/build.txt | tee -a "$RES/progress.txt"; tail -80 "${OUT:-/tmp}/device-build.log" > "$RES/build_tail.txt"; exit 1; }
-log "built: $(grep -h 'luce: small-batch' "${OUT:-/tmp}/device-build.log" build/native/CMakeFiles/CMakeOutput.log 2>/dev/null | head -1)"
+log "built: $(grep -h 'luce: small-batch' "${OUT:-/tmp}/device-build.log" | tail -1)"
 LUCE_TEST_DEVICE=cuda:0 timeout 300 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_cuda_small_gemm.py', '-q', '-p', 'no:cacheprovider']))" > "$RES/gemm_test.txt" 2>&1
 log "gemm test: $(tail -1 "$RES/gemm_test.txt")"
 wait $models; log "models: $(tail -1 /tmp/models.txt)"
-timeout 300 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf > "$RES/check.txt" 2>&1
-log "check: $(tail -1 "$RES/check.txt")"
+for m in q35-tiny q27; do
+  LUCE_SMALL_BATCH_CHECK=1 timeout 300 python3 bench/gpu/small_batch_check.py --model $M/$m.gguf > "$RES/node_check_$m.txt" 2>&1
+  log "node check $m: $(grep -c 'small-batch check' "$RES/node_check_$m.txt") nodes, worst $(grep 'small-batch check' "$RES/node_check_$m.txt" | sed 's/.*(\(.*\))$/\1/' | sort -g | tail -1); $(tail -1 "$RES/node_check_$m.txt")"
+done
+timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing > "$RES/check_q27.txt" 2>&1
+log "check q27: $(tail -1 "$RES/check_q27.txt")"
+timeout 200 python3 bench/gpu/profile_kernels.py --model $M/q27.gguf --verify 16 > "$RES/profile.txt" 2>&1
+log "profile done"
 engine_table
 log "table: $(grep -E 'verify 16' "$RES/bench_q27.txt")"
 spec6() {   # spec6 NAME [env...]: DFlash chain at L = 6, ours only
@@ -28,5 +34,4 @@ spec6() {   # spec6 NAME [env...]: DFlash chain at L = 6, ours only
 spec6 spec6
 spec6 spec6_off LUCE_SMALL_BATCH_GEMM=0
 exact_cuda
-timeout 200 python3 bench/gpu/profile_kernels.py --model $M/q27.gguf --verify 16 > "$RES/profile.txt" 2>&1
 log "all done"

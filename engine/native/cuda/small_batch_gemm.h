@@ -30,6 +30,8 @@ struct SmallGemm {
     int n;                    // 1..kSmallGemmMaxCols
     float * y;                // device pointer: n columns of nrows floats, y_stride floats apart
     int64_t y_stride;
+    int variant = 2;          // 1: 16 weight rows x 8 columns per mma (weights as A);
+                              // 2: 16 columns x 8 weight rows per mma (weights as B), 32 rows a warp
 };
 
 // Device scratch for the quantized activations of one call with k values and n columns.

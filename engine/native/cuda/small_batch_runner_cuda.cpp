@@ -10,6 +10,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -50,7 +52,7 @@ bool replaceable(const ggml_tensor * t) {
     return wbuf && !ggml_backend_buffer_is_host(wbuf) && w->data && x->data && t->data;
 }
 
-cuda::SmallGemm gemm_of(const ggml_tensor * t) {
+cuda::SmallGemm gemm_of(const ggml_tensor * t, int variant) {
     const ggml_tensor * w = t->src[0];
     const ggml_tensor * x = t->src[1];
     cuda::SmallGemm g{};
@@ -64,14 +66,26 @@ cuda::SmallGemm gemm_of(const ggml_tensor * t) {
     g.n = int(x->ne[1]);
     g.y = static_cast<float *>(t->data);
     g.y_stride = int64_t(t->nb[1] / sizeof(float));
+    g.variant = variant;
     return g;
 }
 
 class CudaSmallBatchRunner final : public SmallBatchRunner {
+    struct Piece {
+        int begin, end;        // node range [begin, end)
+        bool ours;             // our matmuls, or ggml's nodes
+        ggml_cgraph * graph;   // ggml's nodes [begin, end), in pieces_ctx_
+    };
+
 public:
     CudaSmallBatchRunner(ggml_backend_t backend, int device, ggml_backend_event_t to_ours, ggml_backend_event_t to_ggml,
                          cudaStream_t stream)
-        : backend_(backend), device_(device), to_ours_(to_ours), to_ggml_(to_ggml), stream_(stream) {}
+        : backend_(backend), device_(device), to_ours_(to_ours), to_ggml_(to_ggml), stream_(stream) {
+        const char * v = std::getenv("LUCE_SMALL_GEMM_VARIANT");
+        variant_ = v && std::string(v) == "1" ? 1 : 2;
+        const char * c = std::getenv("LUCE_SMALL_BATCH_CHECK");
+        check_ = c && std::string(c) == "1";
+    }
 
     ~CudaSmallBatchRunner() override {
         if (pieces_ctx_) ggml_free(pieces_ctx_);
@@ -113,6 +127,7 @@ public:
         // costs speed; the allocation stays the one planned for the whole graph.
         size_t ctx_bytes = 0;
         for (const Piece & p : pieces_) ctx_bytes += p.ours ? 0 : ggml_graph_overhead_custom(size_t(p.end - p.begin), false);
+        if (check_) ctx_bytes += size_t(n_replaced_) * ggml_graph_overhead_custom(1, false);
         if (pieces_ctx_) ggml_free(pieces_ctx_);
         ggml_init_params ip{ctx_bytes + 1024, nullptr, true};
         pieces_ctx_ = ggml_init(ip);
@@ -122,6 +137,7 @@ public:
             p.graph = ggml_new_graph_custom(pieces_ctx_, size_t(p.end - p.begin), false);
             for (int i = p.begin; i < p.end; ++i) ggml_graph_add_node(p.graph, ggml_graph_node(gf, i));
         }
+        checked_ = false;
         if (need > scratch_bytes_) {
             cudaSetDevice(device_);
             if (scratch_) cudaFree(scratch_);
@@ -150,7 +166,7 @@ public:
             const ggml_tensor * quantized = nullptr;   // consecutive matmuls of one input share its quantization
             for (int i = p.begin; i < p.end; ++i) {
                 const ggml_tensor * t = ggml_graph_node(gf, i);
-                const cuda::SmallGemm g = gemm_of(t);
+                const cuda::SmallGemm g = gemm_of(t, variant_);
                 if (t->src[1] != quantized) {
                     if (cuda::small_gemm_quantize(g, scratch_, stream_) != 0) return GGML_STATUS_FAILED;
                     quantized = t->src[1];
@@ -159,20 +175,41 @@ public:
             }
             if (cudaEventRecord(cuda_event(to_ggml_), stream_) != cudaSuccess) return GGML_STATUS_FAILED;
             ggml_backend_event_wait(backend_, to_ggml_);
+            if (check_ && !checked_) check_against_ggml(gf, p);
         }
+        checked_ = true;
         ggml_backend_synchronize(backend_);
         return cudaGetLastError() == cudaSuccess ? GGML_STATUS_SUCCESS : GGML_STATUS_FAILED;
     }
 
     int n_replaced() const override { return n_replaced_; }
+
+    // LUCE_SMALL_BATCH_CHECK=1 (a diagnostic, slow): on a graph's first compute, each of our matmuls
+    // is recomputed by ggml, which keeps its result, and the relative difference goes to stderr.
+    void check_against_ggml(ggml_cgraph * gf, const Piece & p) {
+        ggml_backend_synchronize(backend_);
+        for (int i = p.begin; i < p.end; ++i) {
+            ggml_tensor * t = ggml_graph_node(gf, i);
+            const size_t n = size_t(t->ne[0]) * size_t(t->ne[1]);
+            std::vector<float> ours(n), ref(n);
+            ggml_backend_tensor_get(t, ours.data(), 0, n * sizeof(float));
+            ggml_cgraph * one = ggml_new_graph_custom(pieces_ctx_, 1, false);
+            ggml_graph_add_node(one, t);
+            ggml_backend_graph_compute(backend_, one);
+            ggml_backend_tensor_get(t, ref.data(), 0, n * sizeof(float));
+            double diff = 0, scale = 0;
+            for (size_t e = 0; e < n; ++e) {
+                diff = std::max(diff, double(std::fabs(ours[e] - ref[e])));
+                scale = std::max(scale, double(std::fabs(ref[e])));
+            }
+            std::fprintf(stderr, "luce small-batch check: %-28s %s [%lld x %lld] x %lld cols: max diff %.3e of max %.3e (%.2e)\n",
+                         t->name, ggml_type_name(t->src[0]->type), (long long) t->src[0]->ne[0], (long long) t->src[0]->ne[1],
+                         (long long) t->ne[1], diff, scale, scale > 0 ? diff / scale : diff);
+        }
+    }
     size_t scratch_bytes() const override { return scratch_bytes_; }
 
 private:
-    struct Piece {
-        int begin, end;   // node range [begin, end)
-        bool ours;        // our matmuls, or ggml's nodes
-        ggml_cgraph * graph;   // ggml's nodes [begin, end), in pieces_ctx_
-    };
     ggml_context * pieces_ctx_ = nullptr;
     ggml_backend_t backend_;
     int device_;
@@ -182,6 +219,8 @@ private:
     size_t scratch_bytes_ = 0;
     std::vector<Piece> pieces_;
     int n_replaced_ = 0;
+    int variant_ = 2;         // LUCE_SMALL_GEMM_VARIANT (see small_batch_gemm.h)
+    bool check_ = false, checked_ = false;
 };
 
 // The CUDA device index of a ggml device of the CUDA registry, or -1.
@@ -229,7 +268,7 @@ std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend
 } // namespace luce
 
 extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, const void * w, int64_t nrows, int64_t k,
-                                            const float * x, int32_t n, float * y) {
+                                            const float * x, int32_t n, float * y, int32_t variant) {
     using luce::Error;
     return luce::guarded([&] {
         REQUIRE(w && x && y && nrows > 0 && k > 0, "weights, activations and output are required");
@@ -253,7 +292,7 @@ extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, c
                   cudaMemcpy(dx, x, x_bytes, cudaMemcpyHostToDevice) == cudaSuccess;
         if (ok) {
             luce::cuda::SmallGemm g{ggml_type, dw, nrows, k, row_bytes, static_cast<const float *>(dx), k, n,
-                                    static_cast<float *>(dy), nrows};
+                                    static_cast<float *>(dy), nrows, variant == 1 ? 1 : 2};
             ok = luce::cuda::small_gemm_quantize(g, ds, nullptr) == 0 && luce::cuda::small_gemm_multiply(g, ds, nullptr) == 0 &&
                  cudaMemcpy(y, dy, y_bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
         }
