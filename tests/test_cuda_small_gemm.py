@@ -2,7 +2,7 @@
 
 The weights are random Q4_K / Q6_K blocks (every scale and minimum bit pattern occurs), dequantized
 by the gguf package; the activations are quantized to int8 per 32 values exactly as the kernel
-does, so the only difference left is float rounding. Shapes cover a partial last row tile, a
+does (Q4_K's minimums meet the float activations, as in ggml), so only float rounding is left. Shapes cover a partial last row tile, a
 superblock count that does not divide among the block's warps, and every column-tile count.
 Runs with LUCE_TEST_DEVICE=cuda:N on a luce built with its CUDA kernels.
 """
@@ -33,7 +33,7 @@ def random_blocks(rng: np.random.Generator, qtype: QT, nrows: int, k: int) -> np
     return raw.reshape(nrows, -1)
 
 
-def as_kernel_sees(x: np.ndarray) -> np.ndarray:
+def quantized_activations(x: np.ndarray) -> np.ndarray:
     """x [n, k] after int8 quantization per 32 values (scale amax/127, round to nearest even)."""
     n, k = x.shape
     blocks = x.reshape(n, k // 32, 32)
@@ -42,21 +42,32 @@ def as_kernel_sees(x: np.ndarray) -> np.ndarray:
     return (q.astype(np.float64) * d.astype(np.float64)).reshape(n, k)
 
 
+def reference(qtype: QT, w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """y [n, nrows] as the kernel computes it, in float64: the weights' quantized values meet the
+    int8 activations; Q4_K's minimum term (dmin * m per 32 values) meets the float x, as in ggml."""
+    weights = quants.dequantize(w, qtype).astype(np.float64)
+    if qtype == QT.Q6_K:
+        return quantized_activations(x) @ weights.T
+    no_values = w.reshape(w.shape[0], -1, BLOCK_BYTES[qtype]).copy()
+    no_values[..., 16:] = 0                      # q = 0 leaves -dmin * m
+    minimums = quants.dequantize(no_values.reshape(w.shape), qtype).astype(np.float64)
+    return quantized_activations(x) @ (weights - minimums).T + x.astype(np.float64) @ minimums.T
+
+
 def device_index() -> int:
     return int(DEVICE.split(":")[1]) if ":" in DEVICE else 0
 
 
-@pytest.mark.parametrize("variant", [1, 2])
+@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
 @pytest.mark.parametrize("n", [2, 5, 8, 9, 16, 24, 32])
 def test_matches_reference(qtype, n, variant):
     rng = np.random.default_rng(100 + n)
     nrows, k = 72, 256 * 11      # partial last row tiles of 16 and 32; 11 superblocks over 8 warps
     w = random_blocks(rng, qtype, nrows, k)
-    weights = quants.dequantize(w, qtype).astype(np.float64)   # [nrows, k]
     x = rng.standard_normal((n, k)).astype(np.float32)
     y = _core.cuda_small_gemm(device_index(), int(qtype), w.tobytes(), nrows, k, x, variant)
-    ref = as_kernel_sees(x) @ weights.T
+    ref = reference(qtype, w, x)
     assert y.shape == (n, nrows)
     err = np.abs(y - ref).max() / np.abs(ref).max()
     assert err < 2e-4, f"max error {err:.2e} of the largest output"

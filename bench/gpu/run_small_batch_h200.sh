@@ -2,9 +2,9 @@
 # H200 run for luce's CUDA small-batch GEMM (engine/native/cuda): builds with the kernels, then in
 # order: the kernels against their float64 reference (gemm_test.txt); each replaced matmul against
 # ggml's on a tiny and on the 27B-shaped qwen35 (node_check_*.txt); the small-batch path against the
-# scheduler path with steady-state timings of both kernel variants (check_q27.txt); a kernel profile
-# of decode and a 16-token verify (profile.txt); issue 3's table against llama.cpp (bench_q27.txt);
-# DFlash at L = 6 with and without the kernels (spec6*.txt); the exactness tests on cuda:0.
+# scheduler path with steady-state timings of every kernel variant (check_q27.txt), the fastest then
+# used for the rest: issue 3's table against llama.cpp (bench_q27.txt); DFlash at L = 6 with and
+# without the kernels (spec6*.txt); the exactness tests on cuda:0; a kernel profile (profile.txt).
 set -uo pipefail
 . bench/gpu/h200_steps.sh
 write_models qwen35-tiny qwen35 dflash > /tmp/models.txt 2>&1 &
@@ -20,10 +20,9 @@ for m in q35-tiny q27; do
   LUCE_SMALL_BATCH_CHECK=1 timeout 300 python3 bench/gpu/small_batch_check.py --model $M/$m.gguf > "$RES/node_check_$m.txt" 2>&1
   log "node check $m: $(grep -c 'small-batch check' "$RES/node_check_$m.txt") nodes, worst $(grep 'small-batch check' "$RES/node_check_$m.txt" | sed 's/.*(\(.*\))$/\1/' | sort -g | tail -1); $(tail -1 "$RES/node_check_$m.txt")"
 done
-timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing > "$RES/check_q27.txt" 2>&1
-log "check q27: $(tail -1 "$RES/check_q27.txt")"
-timeout 200 python3 bench/gpu/profile_kernels.py --model $M/q27.gguf --verify 16 > "$RES/profile.txt" 2>&1
-log "profile done"
+timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants 1,2,3,4,5 > "$RES/check_q27.txt" 2>&1
+best=$(sed -n 's/^BEST VARIANT //p' "$RES/check_q27.txt"); export LUCE_SMALL_GEMM_VARIANT=${best:-3}
+log "check q27: $(tail -1 "$RES/check_q27.txt"), best variant ${best:-none}"
 engine_table
 log "table: $(grep -E 'verify 16' "$RES/bench_q27.txt")"
 spec6() {   # spec6 NAME [env...]: DFlash chain at L = 6, ours only
@@ -34,4 +33,5 @@ spec6() {   # spec6 NAME [env...]: DFlash chain at L = 6, ours only
 spec6 spec6
 spec6 spec6_off LUCE_SMALL_BATCH_GEMM=0
 exact_cuda
+timeout 200 python3 bench/gpu/profile_kernels.py --model $M/q27.gguf --verify 16 > "$RES/profile.txt" 2>&1
 log "all done"

@@ -1,15 +1,16 @@
 """Does the CUDA small-batch path compute what the scheduler path computes, and how fast is it?
 
-    python bench/gpu/small_batch_check.py --model T.gguf [--device cuda:0] [--timing]
+    python bench/gpu/small_batch_check.py --model T.gguf [--device cuda:0] [--timing] [--variants 3,1]
 
-Engines on one model: "fast" with luce's small-batch kernels (variant 2, the default), "v1" with
-variant 1, and "slow" without them (LUCE_SMALL_BATCH_GEMM=0: every graph on ggml's scheduler).
+Engines on one model: "vN" with luce's small-batch kernels in variant N (cuda/small_batch_gemm.h),
+and "slow" without them (LUCE_SMALL_BATCH_GEMM=0: every graph on ggml's scheduler).
 All prefill the same short prompt (itself a small batch) and verify the same 16 tokens; printed:
 how far each one's logits rows are from the scheduler's, and, for scale, how far the scheduler's
 own rows move when the 16 tokens go one at a time (another kernel, other rounding): on a model
 whose outputs amplify rounding (deep random weights), that baseline is large too. A greedy decode
 through verify/commit follows. --timing adds the steady-state cost of verifying n tokens
-(verify + commit(0) repeated) and of a decode step, per engine.
+(verify + commit(0) repeated) and of a decode step, per engine, and names the variant with the
+cheapest 16-token verify ("BEST VARIANT N").
 Set LUCE_SMALL_BATCH_CHECK=1 to have every replaced matmul compared with ggml's on its first run.
 """
 from __future__ import annotations
@@ -70,11 +71,13 @@ def main() -> int:
     ap.add_argument("--model", required=True)
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--timing", action="store_true")
+    ap.add_argument("--variants", default="3", help="comma-separated kernel variants to compare")
     args = ap.parse_args()
 
     model = Model(args.model, device=args.device)
-    engines = {"fast": engine_with(model, {}), "v1": engine_with(model, {"LUCE_SMALL_GEMM_VARIANT": "1"}),
-               "slow": engine_with(model, {"LUCE_SMALL_BATCH_GEMM": "0"})}
+    variants = [int(v) for v in args.variants.split(",") if v]
+    engines = {f"v{v}": engine_with(model, {"LUCE_SMALL_GEMM_VARIANT": str(v)}) for v in variants}
+    engines["slow"] = engine_with(model, {"LUCE_SMALL_BATCH_GEMM": "0"})
     rng = np.random.default_rng(7)
     hi = max(2, min(model.n_vocab - 1, 200_000))
     lo = min(1000, hi // 2)
@@ -93,7 +96,7 @@ def main() -> int:
     baseline = rel(np.array(one_by_one), rows["slow"])
     print(f"{model.name}: verify 16 after a 24-token prompt, max |difference| / max |logit| against the scheduler:")
     ok = True
-    for name in ("fast", "v1"):
+    for name in (k for k in engines if k != "slow"):
         d = rel(rows[name], rows["slow"])
         agree = int((rows[name].argmax(-1) == rows["slow"].argmax(-1)).sum())
         print(f"  {name:<5} {d:.2e}   greedy tokens agree on {agree}/16 rows")
@@ -118,11 +121,11 @@ def main() -> int:
             out += block[:keep]
             nxt = last
         outs[name] = out[:32]
-    print(f"greedy decode of 32 tokens via verify/commit: fast {'==' if outs['fast'] == outs['slow'] else '!='} slow, "
-          f"v1 {'==' if outs['v1'] == outs['slow'] else '!='} slow")
+    print("greedy decode of 32 tokens via verify/commit: " +
+          ", ".join(f"{k} {'==' if outs[k] == outs['slow'] else '!='} slow" for k in engines if k != "slow"))
     evals = {k: e.stats()["n_small_batch_evals"] for k, e in engines.items()}
     print(f"small-batch evaluations: {evals}")
-    ok &= evals["fast"] > 0 and evals["v1"] > 0 and evals["slow"] == 0
+    ok &= all(evals[k] > 0 for k in engines if k != "slow") and evals["slow"] == 0
 
     if args.timing:
         print(f"\nsteady-state ms (median of 10): decode step, then verify n + commit(0)")
@@ -133,6 +136,9 @@ def main() -> int:
             b = [int(t) for t in rng.integers(lo, hi, n)]
             ms = {k: verify_ms(e, prompt, b) for k, e in engines.items()}
             print(f"{f'verify {n}':<10}" + "".join(f"{ms[k]:>9.2f} ({ms[k] / steps[k]:.2f})" for k in engines))
+            if n == 16:
+                best = min((k for k in engines if k != "slow"), key=lambda k: ms[k])
+        print(f"BEST VARIANT {best[1:]}")
     print("CHECK", "OK" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -24,7 +24,7 @@ constexpr int kTileRows = 16;     // mma M
 constexpr int kQ4KBytes = 144;    // d, dmin (f16), scales[12], qs[128]
 constexpr int kQ6KBytes = 210;    // ql[128], qh[64], scales[16] (int8), d (f16)
 
-// ---- activations: int8 per 32 values, (d, d*sum) per block, columns padded to n_pad ----------
+// ---- activations: int8 per 32 values, (d, sum of the floats) per block, columns padded to n_pad --
 // layout in scratch: xq[n_pad][k] int8, then xs[k/32][n_pad] float2
 __host__ __device__ inline size_t xq_bytes(int64_t k, int n_pad) { return size_t(n_pad) * size_t(k); }
 
@@ -41,10 +41,10 @@ __global__ void quantize_columns(const float * __restrict__ x, int64_t x_stride,
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float d = amax / 127.0f;
     const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
-    int sum = q;
+    float sum = v;   // of the float values, as ggml's q8_1: Q4_K's minimum term then has no rounding
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     xq[int64_t(col) * k + b * 32 + lane] = int8_t(q);
-    if (lane == 0) xs[b * n_pad + col] = make_float2(d, d * float(sum));
+    if (lane == 0) xs[b * n_pad + col] = make_float2(d, sum);
 }
 
 // ---- tensor-core primitives -------------------------------------------------------------------
@@ -121,8 +121,18 @@ __device__ __forceinline__ void q4k_scale_min(const uint32_t * s, int j, int & s
     }
 }
 
-template <int NT>
-__global__ void __launch_bounds__(kThreads) gemm_q4_K(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
+// All 8 scales and 8 minimums of a superblock at once, 4 per word: sc[0] = sub-blocks 0..3, sc[1] = 4..7.
+__device__ __forceinline__ void q4k_unpack(const uint4 & head, uint32_t (&sc)[2], uint32_t (&mn)[2]) {
+    sc[0] = head.y & 0x3f3f3f3fu;
+    mn[0] = head.z & 0x3f3f3f3fu;
+    sc[1] = (head.w & 0x0f0f0f0fu) | ((head.y >> 2) & 0x30303030u);
+    mn[1] = ((head.w >> 4) & 0x0f0f0f0fu) | ((head.z >> 2) & 0x30303030u);
+}
+
+// Variant 1 comes in register/occupancy trade-offs: MINB blocks per SM (a register cap), and
+// whether the next superblock's weights are loaded while this one is multiplied.
+template <int NT, int MINB, bool PREFETCH>
+__global__ void __launch_bounds__(kThreads, MINB) gemm_q4_K(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
                                                      int64_t n_super, const int8_t * __restrict__ xq,
                                                      const float2 * __restrict__ xs, int64_t k, int n,
                                                      float * __restrict__ y, int64_t y_stride) {
@@ -135,18 +145,20 @@ __global__ void __launch_bounds__(kThreads) gemm_q4_K(const uint8_t * __restrict
 
     Q4KRows cur, next;
     int64_t i = warp;
-    if (i < n_super) load_q4k(cur, wa + i * kQ4KBytes, wb + i * kQ4KBytes, t);
+    if (PREFETCH && i < n_super) load_q4k(cur, wa + i * kQ4KBytes, wb + i * kQ4KBytes, t);
     for (; i < n_super; i += kWarps) {
-        if (i + kWarps < n_super) load_q4k(next, wa + (i + kWarps) * kQ4KBytes, wb + (i + kWarps) * kQ4KBytes, t);
+        if (!PREFETCH) {
+            load_q4k(cur, wa + i * kQ4KBytes, wb + i * kQ4KBytes, t);
+        } else if (i + kWarps < n_super) {
+            load_q4k(next, wa + (i + kWarps) * kQ4KBytes, wb + (i + kWarps) * kQ4KBytes, t);
+        }
         float d[2], dmin[2];
-        uint32_t sc_words[2][3];
+        uint32_t scp[2][2], mnp[2][2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             d[r] = f16_bits(cur.head[r].x & 0xffffu);
             dmin[r] = f16_bits(cur.head[r].x >> 16);
-            sc_words[r][0] = cur.head[r].y;
-            sc_words[r][1] = cur.head[r].z;
-            sc_words[r][2] = cur.head[r].w;
+            q4k_unpack(cur.head[r], scp[r], mnp[r]);
         }
 #pragma unroll
         for (int sb = 0; sb < 8; ++sb) {
@@ -158,10 +170,8 @@ __global__ void __launch_bounds__(kThreads) gemm_q4_K(const uint8_t * __restrict
             float fs[2], fm[2];
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                int sc, m;
-                q4k_scale_min(sc_words[r], sb, sc, m);
-                fs[r] = d[r] * float(sc);
-                fm[r] = dmin[r] * float(m);
+                fs[r] = d[r] * float((scp[r][sb / 4] >> (8 * (sb % 4))) & 0xffu);
+                fm[r] = dmin[r] * float((mnp[r][sb / 4] >> (8 * (sb % 4))) & 0xffu);
             }
             const int64_t kk = i * kQK + sb * 32 + 8 * t;
             const float2 * s_blk = xs + (i * 8 + sb) * n_pad + 2 * t;
@@ -170,14 +180,14 @@ __global__ void __launch_bounds__(kThreads) gemm_q4_K(const uint8_t * __restrict
                 const uint2 bx = *reinterpret_cast<const uint2 *>(xq + int64_t(nt * 8 + g) * k + kk);
                 int c[4] = {0, 0, 0, 0};
                 mma_k32(c, a0, a1, a2, a3, int(bx.x), int(bx.y));
-                const float4 s = *reinterpret_cast<const float4 *>(s_blk + nt * 8);   // (d, d*sum) of columns 2t, 2t+1
+                const float4 s = *reinterpret_cast<const float4 *>(s_blk + nt * 8);   // (d, sum) of columns 2t, 2t+1
                 acc[nt][0] += fs[0] * s.x * float(c[0]) - fm[0] * s.y;
                 acc[nt][1] += fs[0] * s.z * float(c[1]) - fm[0] * s.w;
                 acc[nt][2] += fs[1] * s.x * float(c[2]) - fm[1] * s.y;
                 acc[nt][3] += fs[1] * s.z * float(c[3]) - fm[1] * s.w;
             }
         }
-        cur = next;
+        if (PREFETCH) cur = next;
     }
     reduce_and_store<NT>(acc, y, y_stride, row0, nrows, n);
 }
@@ -213,8 +223,8 @@ __device__ __forceinline__ void load_q6k(Q6KRows & r, const uint8_t * a, const u
     }
 }
 
-template <int NT>
-__global__ void __launch_bounds__(kThreads) gemm_q6_K(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
+template <int NT, int MINB, bool PREFETCH>
+__global__ void __launch_bounds__(kThreads, MINB) gemm_q6_K(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
                                                      int64_t n_super, const int8_t * __restrict__ xq,
                                                      const float2 * __restrict__ xs, int64_t k, int n,
                                                      float * __restrict__ y, int64_t y_stride) {
@@ -227,9 +237,13 @@ __global__ void __launch_bounds__(kThreads) gemm_q6_K(const uint8_t * __restrict
 
     Q6KRows cur, next;
     int64_t i = warp;
-    if (i < n_super) load_q6k(cur, wa + i * kQ6KBytes, wb + i * kQ6KBytes, t);
+    if (PREFETCH && i < n_super) load_q6k(cur, wa + i * kQ6KBytes, wb + i * kQ6KBytes, t);
     for (; i < n_super; i += kWarps) {
-        if (i + kWarps < n_super) load_q6k(next, wa + (i + kWarps) * kQ6KBytes, wb + (i + kWarps) * kQ6KBytes, t);
+        if (!PREFETCH) {
+            load_q6k(cur, wa + i * kQ6KBytes, wb + i * kQ6KBytes, t);
+        } else if (i + kWarps < n_super) {
+            load_q6k(next, wa + (i + kWarps) * kQ6KBytes, wb + (i + kWarps) * kQ6KBytes, t);
+        }
 #pragma unroll
         for (int G = 0; G < 16; ++G) {
             const int h = G / 8, m = (G / 2) % 4, lh = G % 2;
@@ -256,7 +270,7 @@ __global__ void __launch_bounds__(kThreads) gemm_q6_K(const uint8_t * __restrict
                 acc[nt][3] += fs[1] * s.z * float(c[3]);
             }
         }
-        cur = next;
+        if (PREFETCH) cur = next;
     }
     reduce_and_store<NT>(acc, y, y_stride, row0, nrows, n);
 }
@@ -439,16 +453,27 @@ __global__ void __launch_bounds__(kThreads, 2) gemm2_q6_K(const uint8_t * __rest
 
 int n_tiles(int n) { return (n + 7) / 8; }
 
-template <int NT>
-cudaError_t launch(const SmallGemm & g, const int8_t * xq, const float2 * xs, cudaStream_t s) {
+template <int NT, int MINB, bool PREFETCH>
+cudaError_t launch1(const SmallGemm & g, const int8_t * xq, const float2 * xs, cudaStream_t s) {
     const dim3 grid(unsigned((g.nrows + kTileRows - 1) / kTileRows));
     const auto * w = static_cast<const uint8_t *>(g.w);
     if (g.type == 12) {
-        gemm_q4_K<NT><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
+        gemm_q4_K<NT, MINB, PREFETCH><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
     } else {
-        gemm_q6_K<NT><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
+        gemm_q6_K<NT, MINB, PREFETCH><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
     }
     return cudaGetLastError();
+}
+
+// variant 1 and its register/occupancy trade-offs (variants 3..5); see small_batch_gemm.h
+template <int NT>
+cudaError_t launch(const SmallGemm & g, const int8_t * xq, const float2 * xs, cudaStream_t s) {
+    switch (g.variant) {
+        case 3: return launch1<NT, 2, true>(g, xq, xs, s);
+        case 4: return launch1<NT, 3, false>(g, xq, xs, s);
+        case 5: return launch1<NT, 4, false>(g, xq, xs, s);
+        default: return launch1<NT, 1, true>(g, xq, xs, s);
+    }
 }
 
 template <int NM>
@@ -464,7 +489,7 @@ cudaError_t launch2(const SmallGemm & g, const int8_t * xq, const float2 * xs, c
 }
 
 // columns padded to the variant's tile: 8 (variant 1) or 16 (variant 2)
-int padded_cols(const SmallGemm & g) { return g.variant == 1 ? 8 * n_tiles(g.n) : 16 * ((g.n + 15) / 16); }
+int padded_cols(const SmallGemm & g) { return g.variant != 2 ? 8 * n_tiles(g.n) : 16 * ((g.n + 15) / 16); }
 
 } // namespace
 
@@ -494,7 +519,7 @@ int small_gemm_multiply(const SmallGemm & g, const void * scratch, void * stream
     const auto * xq = static_cast<const int8_t *>(scratch);
     const auto * xs = reinterpret_cast<const float2 *>(xq + xq_bytes(g.k, n_pad));
     auto s = static_cast<cudaStream_t>(stream);
-    if (g.variant != 1) return int(n_pad == 16 ? launch2<1>(g, xq, xs, s) : launch2<2>(g, xq, xs, s));
+    if (g.variant == 2) return int(n_pad == 16 ? launch2<1>(g, xq, xs, s) : launch2<2>(g, xq, xs, s));
     switch (n_tiles(g.n)) {
         case 1: return int(launch<1>(g, xq, xs, s));
         case 2: return int(launch<2>(g, xq, xs, s));

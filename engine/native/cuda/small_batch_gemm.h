@@ -17,6 +17,13 @@ namespace luce::cuda {
 
 constexpr int kSmallGemmMaxCols = 32;
 
+// Kernel variants, for measurement (LUCE_SMALL_GEMM_VARIANT):
+//   1: 16 weight rows x 8 columns per mma (weights as the A operand), next superblock prefetched;
+//   2: 16 columns x 8 weight rows per mma (weights as B), 32 rows a warp;
+//   3: 1 capped at 128 registers (2 blocks per SM); 4: 1 without prefetch, 3 blocks per SM;
+//   5: 1 without prefetch, 4 blocks per SM.
+constexpr int kSmallGemmDefaultVariant = 3;
+
 // Weight types these kernels take (ggml_type values: GGML_TYPE_Q4_K = 12, GGML_TYPE_Q6_K = 14).
 bool small_gemm_supports(int ggml_type);
 
@@ -30,8 +37,7 @@ struct SmallGemm {
     int n;                    // 1..kSmallGemmMaxCols
     float * y;                // device pointer: n columns of nrows floats, y_stride floats apart
     int64_t y_stride;
-    int variant = 2;          // 1: 16 weight rows x 8 columns per mma (weights as A);
-                              // 2: 16 columns x 8 weight rows per mma (weights as B), 32 rows a warp
+    int variant = kSmallGemmDefaultVariant;
 };
 
 // Device scratch for the quantized activations of one call with k values and n columns.

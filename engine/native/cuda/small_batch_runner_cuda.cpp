@@ -82,7 +82,8 @@ public:
                          cudaStream_t stream)
         : backend_(backend), device_(device), to_ours_(to_ours), to_ggml_(to_ggml), stream_(stream) {
         const char * v = std::getenv("LUCE_SMALL_GEMM_VARIANT");
-        variant_ = v && std::string(v) == "1" ? 1 : 2;
+        variant_ = v ? std::atoi(v) : cuda::kSmallGemmDefaultVariant;
+        if (variant_ < 1 || variant_ > 5) variant_ = cuda::kSmallGemmDefaultVariant;
         const char * c = std::getenv("LUCE_SMALL_BATCH_CHECK");
         check_ = c && std::string(c) == "1";
     }
@@ -219,7 +220,7 @@ private:
     size_t scratch_bytes_ = 0;
     std::vector<Piece> pieces_;
     int n_replaced_ = 0;
-    int variant_ = 2;         // LUCE_SMALL_GEMM_VARIANT (see small_batch_gemm.h)
+    int variant_ = cuda::kSmallGemmDefaultVariant;   // LUCE_SMALL_GEMM_VARIANT (see small_batch_gemm.h)
     bool check_ = false, checked_ = false;
 };
 
@@ -292,7 +293,8 @@ extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, c
                   cudaMemcpy(dx, x, x_bytes, cudaMemcpyHostToDevice) == cudaSuccess;
         if (ok) {
             luce::cuda::SmallGemm g{ggml_type, dw, nrows, k, row_bytes, static_cast<const float *>(dx), k, n,
-                                    static_cast<float *>(dy), nrows, variant == 1 ? 1 : 2};
+                                    static_cast<float *>(dy), nrows,
+                                    variant >= 1 && variant <= 5 ? variant : luce::cuda::kSmallGemmDefaultVariant};
             ok = luce::cuda::small_gemm_quantize(g, ds, nullptr) == 0 && luce::cuda::small_gemm_multiply(g, ds, nullptr) == 0 &&
                  cudaMemcpy(y, dy, y_bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
         }
