@@ -1,6 +1,6 @@
 """Does the CUDA small-batch path compute what the scheduler path computes, and how fast is it?
 
-    python bench/gpu/small_batch_check.py --model T.gguf [--device cuda:0] [--timing] [--variants 3,1]
+    python bench/gpu/small_batch_check.py --model T.gguf [--device cuda:0] [--timing] [--variants 2,1]
 
 Engines on one model: "vN" with luce's small-batch kernels in variant N (cuda/small_batch_gemm.h),
 and "slow" without them (LUCE_SMALL_BATCH_GEMM=0: every graph on ggml's scheduler).
@@ -71,7 +71,7 @@ def main() -> int:
     ap.add_argument("--model", required=True)
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--timing", action="store_true")
-    ap.add_argument("--variants", default="3", help="comma-separated kernel variants to compare")
+    ap.add_argument("--variants", default="2", help="comma-separated kernel variants to compare")
     args = ap.parse_args()
 
     model = Model(args.model, device=args.device)

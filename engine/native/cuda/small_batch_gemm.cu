@@ -110,18 +110,8 @@ __device__ __forceinline__ void load_q4k(Q4KRows & r, const uint8_t * a, const u
     }
 }
 
-// 6-bit scale and min of sub-block j from the 12 packed bytes (ggml's get_scale_min_k4)
-__device__ __forceinline__ void q4k_scale_min(const uint32_t * s, int j, int & sc, int & m) {
-    if (j < 4) {
-        sc = int(byte_of(s, j) & 63);
-        m = int(byte_of(s, j + 4) & 63);
-    } else {
-        sc = int((byte_of(s, j + 4) & 0xF) | ((byte_of(s, j - 4) >> 6) << 4));
-        m = int((byte_of(s, j + 4) >> 4) | ((byte_of(s, j) >> 6) << 4));
-    }
-}
-
-// All 8 scales and 8 minimums of a superblock at once, 4 per word: sc[0] = sub-blocks 0..3, sc[1] = 4..7.
+// All 8 six-bit scales and minimums of a superblock at once (ggml's get_scale_min_k4 for every
+// sub-block), 4 per word: sc[0] = sub-blocks 0..3, sc[1] = 4..7.
 __device__ __forceinline__ void q4k_unpack(const uint4 & head, uint32_t (&sc)[2], uint32_t (&mn)[2]) {
     sc[0] = head.y & 0x3f3f3f3fu;
     mn[0] = head.z & 0x3f3f3f3fu;
@@ -129,8 +119,8 @@ __device__ __forceinline__ void q4k_unpack(const uint4 & head, uint32_t (&sc)[2]
     mn[1] = ((head.w >> 4) & 0x0f0f0f0fu) | ((head.z >> 2) & 0x30303030u);
 }
 
-// Variant 1 comes in register/occupancy trade-offs: MINB blocks per SM (a register cap), and
-// whether the next superblock's weights are loaded while this one is multiplied.
+// Variants (small_batch_gemm.h) trade registers for occupancy: MINB blocks per SM (a register cap),
+// and whether the next superblock's weights are loaded while this one is multiplied.
 template <int NT, int MINB, bool PREFETCH>
 __global__ void __launch_bounds__(kThreads, MINB) gemm_q4_K(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
                                                      int64_t n_super, const int8_t * __restrict__ xq,
@@ -275,182 +265,6 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_q6_K(const uint8_t * __re
     reduce_and_store<NT>(acc, y, y_stride, row0, nrows, n);
 }
 
-// ---- variant 2: the weights as the mma's B operand ----------------------------------------------
-// mma D[16 × 8] = A[16 × k] B[k × 8] with A = 16 activation columns and B = 8 weight rows: a warp
-// loads each activation fragment once per sub-block and uses it for all kRowTiles8 row tiles of 8
-// (32 rows), so activation loads per weight byte fall by 4 against variant 1. C's layout gives a
-// thread columns g, g+8 and rows 2t, 2t+1, whose block scales it reads from those rows' headers.
-constexpr int kRowTiles8 = 4;
-constexpr int kRows2 = 8 * kRowTiles8;   // weight rows per block
-
-template <int NM>
-__device__ __forceinline__ void reduce_and_store2(float (&acc)[NM][kRowTiles8][4], float * __restrict__ y,
-                                                  int64_t y_stride, int64_t row0, int64_t nrows, int n) {
-    constexpr int n_pad = 16 * NM;
-    __shared__ float red[kWarps][kRows2][n_pad];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int m = 0; m < NM; ++m) {
-#pragma unroll
-        for (int r = 0; r < kRowTiles8; ++r) {
-            red[warp][8 * r + 2 * t][16 * m + g] = acc[m][r][0];
-            red[warp][8 * r + 2 * t + 1][16 * m + g] = acc[m][r][1];
-            red[warp][8 * r + 2 * t][16 * m + g + 8] = acc[m][r][2];
-            red[warp][8 * r + 2 * t + 1][16 * m + g + 8] = acc[m][r][3];
-        }
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < kRows2 * n_pad; idx += kThreads) {
-        const int r = idx % kRows2, c = idx / kRows2;
-        if (c >= n || row0 + r >= nrows) continue;
-        float s = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) s += red[w][r][c];
-        y[int64_t(c) * y_stride + row0 + r] = s;
-    }
-}
-
-template <int NM>
-__global__ void __launch_bounds__(kThreads, 2) gemm2_q4_K(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
-                                                      int64_t n_super, const int8_t * __restrict__ xq,
-                                                      const float2 * __restrict__ xs, int64_t k, int n,
-                                                      float * __restrict__ y, int64_t y_stride) {
-    constexpr int n_pad = 16 * NM;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int64_t row0 = int64_t(blockIdx.x) * kRows2;
-    const uint8_t * wd[kRowTiles8];   // the row this thread's B fragments come from
-    const uint8_t * ws[kRowTiles8][2];   // the rows whose outputs it holds (their scales)
-#pragma unroll
-    for (int r = 0; r < kRowTiles8; ++r) {
-        wd[r] = w + min(row0 + 8 * r + g, nrows - 1) * row_bytes;
-        ws[r][0] = w + min(row0 + 8 * r + 2 * t, nrows - 1) * row_bytes;
-        ws[r][1] = w + min(row0 + 8 * r + 2 * t + 1, nrows - 1) * row_bytes;
-    }
-    float acc[NM][kRowTiles8][4] = {};
-    for (int64_t i = warp; i < n_super; i += kWarps) {
-        uint2 qd[kRowTiles8][4];
-        uint4 head[kRowTiles8][2];
-#pragma unroll
-        for (int r = 0; r < kRowTiles8; ++r) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) qd[r][j] = *reinterpret_cast<const uint2 *>(wd[r] + i * kQ4KBytes + 16 + 32 * j + 8 * t);
-            head[r][0] = *reinterpret_cast<const uint4 *>(ws[r][0] + i * kQ4KBytes);
-            head[r][1] = *reinterpret_cast<const uint4 *>(ws[r][1] + i * kQ4KBytes);
-        }
-#pragma unroll
-        for (int sb = 0; sb < 8; ++sb) {
-            const int j = sb / 2, shift = 4 * (sb % 2);
-            int a[NM][4];
-            float2 sa[NM][2];
-#pragma unroll
-            for (int m = 0; m < NM; ++m) {
-                const int8_t * xr = xq + int64_t(16 * m + g) * k + i * kQK + sb * 32 + 8 * t;
-                const uint2 xa = *reinterpret_cast<const uint2 *>(xr);
-                const uint2 xb = *reinterpret_cast<const uint2 *>(xr + 8 * k);
-                a[m][0] = int(xa.x); a[m][1] = int(xb.x); a[m][2] = int(xa.y); a[m][3] = int(xb.y);
-                sa[m][0] = xs[(i * 8 + sb) * n_pad + 16 * m + g];
-                sa[m][1] = xs[(i * 8 + sb) * n_pad + 16 * m + g + 8];
-            }
-#pragma unroll
-            for (int r = 0; r < kRowTiles8; ++r) {
-                const int b0 = int((qd[r][j].x >> shift) & 0x0F0F0F0Fu);
-                const int b1 = int((qd[r][j].y >> shift) & 0x0F0F0F0Fu);
-                float fs[2], fm[2];
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const uint32_t sw[3] = {head[r][e].y, head[r][e].z, head[r][e].w};
-                    int sc, mn;
-                    q4k_scale_min(sw, sb, sc, mn);
-                    fs[e] = f16_bits(head[r][e].x & 0xffffu) * float(sc);
-                    fm[e] = f16_bits(head[r][e].x >> 16) * float(mn);
-                }
-#pragma unroll
-                for (int m = 0; m < NM; ++m) {
-                    int c[4] = {0, 0, 0, 0};
-                    mma_k32(c, a[m][0], a[m][1], a[m][2], a[m][3], b0, b1);
-                    acc[m][r][0] += fs[0] * sa[m][0].x * float(c[0]) - fm[0] * sa[m][0].y;
-                    acc[m][r][1] += fs[1] * sa[m][0].x * float(c[1]) - fm[1] * sa[m][0].y;
-                    acc[m][r][2] += fs[0] * sa[m][1].x * float(c[2]) - fm[0] * sa[m][1].y;
-                    acc[m][r][3] += fs[1] * sa[m][1].x * float(c[3]) - fm[1] * sa[m][1].y;
-                }
-            }
-        }
-    }
-    reduce_and_store2<NM>(acc, y, y_stride, row0, nrows, n);
-}
-
-template <int NM>
-__global__ void __launch_bounds__(kThreads, 2) gemm2_q6_K(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
-                                                      int64_t n_super, const int8_t * __restrict__ xq,
-                                                      const float2 * __restrict__ xs, int64_t k, int n,
-                                                      float * __restrict__ y, int64_t y_stride) {
-    constexpr int n_pad = 16 * NM;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int64_t row0 = int64_t(blockIdx.x) * kRows2;
-    const uint8_t * wd[kRowTiles8];
-    const uint8_t * ws[kRowTiles8][2];
-#pragma unroll
-    for (int r = 0; r < kRowTiles8; ++r) {
-        wd[r] = w + min(row0 + 8 * r + g, nrows - 1) * row_bytes;
-        ws[r][0] = w + min(row0 + 8 * r + 2 * t, nrows - 1) * row_bytes;
-        ws[r][1] = w + min(row0 + 8 * r + 2 * t + 1, nrows - 1) * row_bytes;
-    }
-    float acc[NM][kRowTiles8][4] = {};
-    for (int64_t i = warp; i < n_super; i += kWarps) {
-        uint32_t ql[kRowTiles8][8], qh[kRowTiles8][4];
-#pragma unroll
-        for (int r = 0; r < kRowTiles8; ++r) {
-            const uint8_t * p = wd[r] + i * kQ6KBytes;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                for (int mh = 0; mh < 2; ++mh) {
-#pragma unroll
-                    for (int lh = 0; lh < 2; ++lh) ql[r][h * 4 + mh * 2 + lh] = load_u32_a2(p + 64 * h + 32 * mh + 16 * lh + 4 * t);
-                }
-#pragma unroll
-                for (int lh = 0; lh < 2; ++lh) qh[r][h * 2 + lh] = load_u32_a2(p + 128 + 32 * h + 16 * lh + 4 * t);
-            }
-        }
-#pragma unroll
-        for (int G = 0; G < 16; ++G) {
-            const int h = G / 8, mq = (G / 2) % 4, lh = G % 2;
-            int a[NM][2];
-            float sa[NM][2];
-#pragma unroll
-            for (int m = 0; m < NM; ++m) {
-                const int8_t * xr = xq + int64_t(16 * m + g) * k + i * kQK + G * 16 + 4 * t;
-                a[m][0] = *reinterpret_cast<const int *>(xr);
-                a[m][1] = *reinterpret_cast<const int *>(xr + 8 * k);
-                sa[m][0] = xs[(i * 8 + G / 2) * n_pad + 16 * m + g].x;
-                sa[m][1] = xs[(i * 8 + G / 2) * n_pad + 16 * m + g + 8].x;
-            }
-#pragma unroll
-            for (int r = 0; r < kRowTiles8; ++r) {
-                const uint32_t lo = (ql[r][h * 4 + (mq % 2) * 2 + lh] >> (4 * (mq / 2))) & 0x0F0F0F0Fu;
-                const uint32_t hi = ((qh[r][h * 2 + lh] >> (2 * mq)) & 0x03030303u) << 4;
-                const int b = int(__vsub4(lo | hi, 0x20202020u));
-                float fs[2];
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const uint8_t * p = ws[r][e] + i * kQ6KBytes;
-                    fs[e] = __half2float(*reinterpret_cast<const __half *>(p + 208)) * float(int8_t(p[192 + G]));
-                }
-#pragma unroll
-                for (int m = 0; m < NM; ++m) {
-                    int c[4] = {0, 0, 0, 0};
-                    mma_k16(c, a[m][0], a[m][1], b);
-                    acc[m][r][0] += fs[0] * sa[m][0] * float(c[0]);
-                    acc[m][r][1] += fs[1] * sa[m][0] * float(c[1]);
-                    acc[m][r][2] += fs[0] * sa[m][1] * float(c[2]);
-                    acc[m][r][3] += fs[1] * sa[m][1] * float(c[3]);
-                }
-            }
-        }
-    }
-    reduce_and_store2<NM>(acc, y, y_stride, row0, nrows, n);
-}
-
 int n_tiles(int n) { return (n + 7) / 8; }
 
 template <int NT, int MINB, bool PREFETCH>
@@ -465,40 +279,22 @@ cudaError_t launch1(const SmallGemm & g, const int8_t * xq, const float2 * xs, c
     return cudaGetLastError();
 }
 
-// variant 1 and its register/occupancy trade-offs (variants 3..5); see small_batch_gemm.h
+// the register/occupancy trade-offs of small_batch_gemm.h's variants
 template <int NT>
 cudaError_t launch(const SmallGemm & g, const int8_t * xq, const float2 * xs, cudaStream_t s) {
     switch (g.variant) {
-        case 3: return launch1<NT, 2, true>(g, xq, xs, s);
-        case 4: return launch1<NT, 3, false>(g, xq, xs, s);
-        case 5: return launch1<NT, 4, false>(g, xq, xs, s);
-        default: return launch1<NT, 1, true>(g, xq, xs, s);
+        case 1: return launch1<NT, 1, true>(g, xq, xs, s);
+        case 3: return launch1<NT, 3, false>(g, xq, xs, s);
+        case 4: return launch1<NT, 4, false>(g, xq, xs, s);
+        default: return launch1<NT, 2, true>(g, xq, xs, s);
     }
 }
 
-template <int NM>
-cudaError_t launch2(const SmallGemm & g, const int8_t * xq, const float2 * xs, cudaStream_t s) {
-    const dim3 grid(unsigned((g.nrows + kRows2 - 1) / kRows2));
-    const auto * w = static_cast<const uint8_t *>(g.w);
-    if (g.type == 12) {
-        gemm2_q4_K<NM><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
-    } else {
-        gemm2_q6_K<NM><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
-    }
-    return cudaGetLastError();
-}
-
-// columns padded to the variant's tile: 8 (variant 1) or 16 (variant 2)
-int padded_cols(const SmallGemm & g) { return g.variant != 2 ? 8 * n_tiles(g.n) : 16 * ((g.n + 15) / 16); }
+int padded_cols(const SmallGemm & g) { return 8 * n_tiles(g.n); }
 
 } // namespace
 
 bool small_gemm_supports(int ggml_type) { return ggml_type == 12 || ggml_type == 14; }
-
-size_t small_gemm_scratch_bytes(int64_t k, int n) {
-    const int n_pad = 16 * ((n + 15) / 16);   // the larger padding of the two variants
-    return xq_bytes(k, n_pad) + size_t(k / 32) * size_t(n_pad) * sizeof(float2);
-}
 
 int small_gemm_quantize(const SmallGemm & g, void * scratch, void * stream) {
     if (g.n < 1 || g.n > kSmallGemmMaxCols || g.k % kQK != 0) return int(cudaErrorInvalidValue);
@@ -519,7 +315,6 @@ int small_gemm_multiply(const SmallGemm & g, const void * scratch, void * stream
     const auto * xq = static_cast<const int8_t *>(scratch);
     const auto * xs = reinterpret_cast<const float2 *>(xq + xq_bytes(g.k, n_pad));
     auto s = static_cast<cudaStream_t>(stream);
-    if (g.variant == 2) return int(n_pad == 16 ? launch2<1>(g, xq, xs, s) : launch2<2>(g, xq, xs, s));
     switch (n_tiles(g.n)) {
         case 1: return int(launch<1>(g, xq, xs, s));
         case 2: return int(launch<2>(g, xq, xs, s));

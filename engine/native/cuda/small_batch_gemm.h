@@ -1,4 +1,4 @@
-// small_batch_gemm.h — quantized weight × a few activation columns on CUDA (2..32 columns).
+// small_batch_gemm.h — quantized weight × a few activation columns on CUDA (1..32 columns).
 //
 // ggml's CUDA backend has two kernels for quantized weights: MMVQ (up to 8 columns, re-unpacks the
 // weights for every column) and MMQ (tiles for large batches). A 16-token verify falls to MMQ,
@@ -17,12 +17,10 @@ namespace luce::cuda {
 
 constexpr int kSmallGemmMaxCols = 32;
 
-// Kernel variants, for measurement (LUCE_SMALL_GEMM_VARIANT):
-//   1: 16 weight rows x 8 columns per mma (weights as the A operand), next superblock prefetched;
-//   2: 16 columns x 8 weight rows per mma (weights as B), 32 rows a warp;
-//   3: 1 capped at 128 registers (2 blocks per SM); 4: 1 without prefetch, 3 blocks per SM;
-//   5: 1 without prefetch, 4 blocks per SM.
-constexpr int kSmallGemmDefaultVariant = 3;
+// Kernel variants (LUCE_SMALL_GEMM_VARIANT), register/occupancy trade-offs of one kernel: the next
+// superblock prefetched with 1 (1) or 2 (2) blocks per SM, or not prefetched with 3 (3) or 4 (4).
+// On the H200 with the 27B-shaped file, 2 was the fastest at 16 columns (bench/RESULTS.md).
+constexpr int kSmallGemmDefaultVariant = 2;
 
 // Weight types these kernels take (ggml_type values: GGML_TYPE_Q4_K = 12, GGML_TYPE_Q6_K = 14).
 bool small_gemm_supports(int ggml_type);
@@ -40,8 +38,12 @@ struct SmallGemm {
     int variant = kSmallGemmDefaultVariant;
 };
 
-// Device scratch for the quantized activations of one call with k values and n columns.
-size_t small_gemm_scratch_bytes(int64_t k, int n);
+// Device scratch for the quantized activations of one call with k values and n columns: int8
+// values and a (scale, sum) float pair per 32, for n rounded up to a multiple of 8.
+inline size_t small_gemm_scratch_bytes(int64_t k, int n) {
+    const size_t n_pad = size_t(8 * ((n + 7) / 8));
+    return n_pad * size_t(k) + size_t(k / 32) * n_pad * 2 * sizeof(float);
+}
 
 // Quantizes the activations into `scratch` (a pointer from small_gemm_scratch_bytes's size).
 // Calls that share x and n may share one quantization: see small_gemm_multiply.

@@ -28,15 +28,15 @@ struct ggml_backend_event {
 namespace luce {
 namespace {
 
-constexpr int kMinTokens = 2;
-constexpr int kMaxTokens = cuda::kSmallGemmMaxCols;
+constexpr int kMinTokens = kSmallBatchMinTokens;
+constexpr int kMaxTokens = kSmallBatchMaxTokens;
 
 cudaEvent_t cuda_event(ggml_backend_event_t ev) { return static_cast<cudaEvent_t>(ev->context); }
 
 const ggml_tensor * storage(const ggml_tensor * t) { return t->view_src ? t->view_src : t; }
 
 // A matmul our kernels compute exactly as ggml defines it: quantized 2D weights in device memory
-// with aligned rows, f32 activations and output with contiguous columns, 2..32 columns.
+// with aligned rows, f32 activations and output with contiguous columns, kMinTokens..kMaxTokens columns.
 bool replaceable(const ggml_tensor * t) {
     if (t->op != GGML_OP_MUL_MAT) return false;
     const ggml_tensor * w = t->src[0];
@@ -83,7 +83,7 @@ public:
         : backend_(backend), device_(device), to_ours_(to_ours), to_ggml_(to_ggml), stream_(stream) {
         const char * v = std::getenv("LUCE_SMALL_GEMM_VARIANT");
         variant_ = v ? std::atoi(v) : cuda::kSmallGemmDefaultVariant;
-        if (variant_ < 1 || variant_ > 5) variant_ = cuda::kSmallGemmDefaultVariant;
+        if (variant_ < 1 || variant_ > 4) variant_ = cuda::kSmallGemmDefaultVariant;
         const char * c = std::getenv("LUCE_SMALL_BATCH_CHECK");
         check_ = c && std::string(c) == "1";
     }
@@ -294,7 +294,7 @@ extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, c
         if (ok) {
             luce::cuda::SmallGemm g{ggml_type, dw, nrows, k, row_bytes, static_cast<const float *>(dx), k, n,
                                     static_cast<float *>(dy), nrows,
-                                    variant >= 1 && variant <= 5 ? variant : luce::cuda::kSmallGemmDefaultVariant};
+                                    variant >= 1 && variant <= 4 ? variant : luce::cuda::kSmallGemmDefaultVariant};
             ok = luce::cuda::small_gemm_quantize(g, ds, nullptr) == 0 && luce::cuda::small_gemm_multiply(g, ds, nullptr) == 0 &&
                  cudaMemcpy(y, dy, y_bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
         }

@@ -26,6 +26,12 @@ static luce_engine_params normalized(const Model & m, luce_engine_params p) {
     return p;
 }
 
+// The widest input of the model's matmuls (what sizes the small-batch kernels' scratch).
+static int64_t matmul_width(const HParams & hp) {
+    return std::max({int64_t(hp.n_embd), int64_t(hp.n_ff), int64_t(hp.n_head) * hp.head_dim,
+                     int64_t(hp.ssm_heads) * hp.ssm_state});
+}
+
 luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params) {
     const luce_engine_params p = normalized(m, params);
     const HParams & hp = m.hp;
@@ -41,6 +47,7 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     const uint64_t QD = uint64_t(hp.n_head) * hp.head_dim, KVD = uint64_t(hp.n_head_kv) * hp.head_dim;
     uint64_t compute = nb * (4 * E + 3 * F + 4 * QD + 2 * KVD) * 4 + uint64_t(p.n_ctx) * nb * 2 + uint64_t(hp.n_vocab) * 4;
     if (!device_is_cpu(m.dev) && (ggml_is_quantized(tk) || ggml_is_quantized(tv))) compute += 2 * uint64_t(p.n_ctx) * KVD * 2;
+    if (!device_is_cpu(m.dev)) compute += small_batch_scratch_bound(matmul_width(hp));
     plan.compute = compute;
     plan.outputs = uint64_t(hp.n_vocab) * 4 * nb;
     plan.total = plan.weights + plan.kv_cache + plan.recurrent + plan.compute + plan.outputs;
@@ -104,7 +111,8 @@ void Engine::reserve_worst_case() {
     for (int i = 0; i < ggml_backend_sched_get_n_backends(sched_); ++i) {
         compute += ggml_backend_sched_get_buffer_size(sched_, ggml_backend_sched_get_backend(sched_, i));
     }
-    plan_.compute = compute;   // measured now
+    // measured now, plus what the small-batch kernels may hold
+    plan_.compute = compute + (small_batch_ ? small_batch_scratch_bound(matmul_width(m_.hp)) : 0);
     plan_.total = plan_.weights + plan_.kv_cache + plan_.recurrent + plan_.compute + plan_.outputs;
 }
 

@@ -10,16 +10,30 @@
 #pragma once
 
 #include "ggml-backend.h"
+#include "small_batch_gemm.h"
 
+#include <algorithm>
 #include <memory>
 
 namespace luce {
+
+// Graphs of 4..16 tokens: on the H200 (bench/RESULTS.md) ggml's MMVQ stays cheaper for 2 tokens
+// (12.6 against 15.6 ms a verify) and its MMQ for 32 (28.3 against 39.1 ms); ours wins at 4, 8
+// and 16 (16.0 / 16.5 / 21.6 ms against 17.6 / 25.2 / 22.0).
+constexpr int kSmallBatchMinTokens = 4;
+constexpr int kSmallBatchMaxTokens = 16;
+
+// Device scratch the runner may hold for a model whose widest matmul input has k_max values
+// (counted in the memory plan on GPUs).
+inline size_t small_batch_scratch_bound(int64_t k_max) {
+    return cuda::small_gemm_scratch_bytes(k_max, kSmallBatchMaxTokens);
+}
 
 class SmallBatchRunner {
 public:
     virtual ~SmallBatchRunner() = default;
 
-    // Graphs of n tokens with kMinTokens <= n <= kMaxTokens qualify.
+    // Graphs of kSmallBatchMinTokens..kSmallBatchMaxTokens tokens qualify.
     virtual bool wants(int n_tokens) const = 0;
     // Between building and allocating a graph: keep these graph inputs on the device (then the graph
     // is one split without input copies).
