@@ -23,6 +23,11 @@ TINY_CONFIGS = {
     "qwen35-tied": TinyConfig(arch="qwen35", n_vocab=400, n_layer=6, full_attention_interval=3, n_head=2, n_head_kv=1,
                               head_dim=64, ssm_groups=1, ssm_heads=4, tied_output=True, write_recurrent_layers=False,
                               seed=2),
+    # the user's format: Q4_K with Q6_K for ffn_down, attn_v / attn_qkv and the head
+    "llama-q4km": TinyConfig(arch="llama", n_vocab=512, n_embd=256, n_layer=2, n_head=4, n_head_kv=2, head_dim=64,
+                             n_ff=512, weight_type="q4_k_m", seed=5),
+    "qwen35-q4km": TinyConfig(arch="qwen35", n_vocab=512, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64,
+                              n_ff=512, ssm_state=64, ssm_heads=4, ssm_groups=2, weight_type="q4_k_m", seed=6),
 }
 
 

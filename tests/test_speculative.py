@@ -11,7 +11,7 @@ import pytest
 
 from luce_engine import Engine, Model, Sampling
 from luce_engine.speculative import ChainSpeculator
-from reference import DEVICE, THREADS, TINY_WEIGHTS
+from reference import DEVICE, THREADS, TINY_WEIGHTS, top2_margin
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
 B = 8   # block: x0 + 7 proposals
@@ -52,10 +52,37 @@ class RandomDrafter(OracleDrafter):
         return [int(t) for t in self.rng.integers(0, self.n_vocab, B - 1)]
 
 
+# the user's format: Q4_K_M weights, shapes that are multiples of 256 (on CUDA, verify blocks then
+# run on luce's small-batch kernels while plain decoding stays on ggml's)
+Q4KM_QWEN35 = dict(arch="qwen35", n_vocab=256, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+                   ssm_state=64, ssm_heads=4, ssm_groups=2, weight_type="q4_k_m")
+
+
 def model_for(arch: str, tmp_path) -> Model:
-    shape = dict(n_vocab=256, n_layer=4, head_dim=32) if arch == "qwen35" else dict(n_vocab=256, head_dim=32)
-    cfg = TinyConfig(arch=arch, seed=21, weight_type=TINY_WEIGHTS, **shape)
+    if arch == "qwen35-q4km":
+        cfg = TinyConfig(seed=21, **Q4KM_QWEN35)
+    else:
+        shape = dict(n_vocab=256, n_layer=4, head_dim=32) if arch == "qwen35" else dict(n_vocab=256, head_dim=32)
+        cfg = TinyConfig(arch=arch, seed=21, weight_type=TINY_WEIGHTS, **shape)
     return Model(write_tiny_gguf(tmp_path / f"{arch}.gguf", cfg), device=DEVICE, n_threads=THREADS)
+
+
+NEAR_TIE = 1e-2   # relative top-2 gap below which a batch shape's rounding may flip a greedy token
+
+
+def assert_greedy_matches(model, p, got, plain, cache="f16"):
+    """Exact, except that quantized weights meet int8-quantized activations, where a verify batch
+    and a single-token step can round a near-tie apart (DESIGN.md §5): then the first divergence
+    must be a near-tie of plain decoding, and is reported."""
+    if got == plain:
+        return
+    k = next((i for i in range(min(len(got), len(plain))) if got[i] != plain[i]), min(len(got), len(plain)))
+    assert "q4_K" in model.weight_types or "q6_K" in model.weight_types, f"diverged at {k} on a model without K-quants"
+    eng = Engine(model, n_ctx=512, cache_type_k=cache, cache_type_v=cache)
+    eng.prefill(p + plain[:k])
+    margin = top2_margin(eng.logits())
+    assert margin < NEAR_TIE, f"diverged at {k}, where plain decoding's top-2 margin is {margin:.2e}: not a near-tie"
+    print(f"near-tie at {k} (margin {margin:.2e}): {got[k]} vs {plain[k]}")
 
 
 def prompt(n, seed):
@@ -72,7 +99,7 @@ def run(model, p, n, *, sampling=Sampling(), drafter=None, cache="f16", stop_ids
     return toks, drafted, spec, eng
 
 
-@pytest.mark.parametrize("arch", ["qwen35", "llama"])
+@pytest.mark.parametrize("arch", ["qwen35", "llama", "qwen35-q4km"])
 @pytest.mark.parametrize("cache", ["f16", "q8_0"])
 def test_greedy_oracle_exact_at_every_acceptance_length(arch, cache, tmp_path):
     model = model_for(arch, tmp_path)
@@ -81,7 +108,9 @@ def test_greedy_oracle_exact_at_every_acceptance_length(arch, cache, tmp_path):
     truth = {len(p) + i: t for i, t in enumerate(plain)}
     for wrong_at in [None] + list(range(B - 1)):
         got, drafted, spec, eng = run(model, p, 48, drafter=OracleDrafter(truth, 256, wrong_at), cache=cache)
-        assert got == plain, f"wrong_at={wrong_at}"
+        assert_greedy_matches(model, p, got, plain, cache)
+        if got != plain:
+            continue   # a reported near-tie: what follows is another continuation
         assert eng.tokens == p + plain   # the context holds exactly the emitted tokens
         want_accept = B - 1 if wrong_at is None else wrong_at
         # every full step accepted exactly up to the corrupted offset
@@ -89,14 +118,14 @@ def test_greedy_oracle_exact_at_every_acceptance_length(arch, cache, tmp_path):
         assert sum(drafted) == spec.stats.n_accepted
 
 
-@pytest.mark.parametrize("arch", ["qwen35", "llama"])
+@pytest.mark.parametrize("arch", ["qwen35", "llama", "qwen35-q4km"])
 def test_greedy_random_drafts_exact(arch, tmp_path):
     model = model_for(arch, tmp_path)
     for seed in range(4):
         p = prompt(16 + seed, 10 + seed)
         plain, _, _, _ = run(model, p, 40)
         got, _, _, _ = run(model, p, 40, drafter=RandomDrafter(256, seed))
-        assert got == plain
+        assert_greedy_matches(model, p, got, plain)
 
 
 @pytest.mark.parametrize("arch", ["qwen35", "llama"])

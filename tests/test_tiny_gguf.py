@@ -250,3 +250,23 @@ def test_bad_kind_other_arch(tmp_path):
     assert "qwen3.embedding_length" not in kv and "qwen3.block_count" in kv
     r, _ = _fields(write_bad_gguf(tmp_path / "s.gguf", "wrong_shape", cfg))
     assert _shapes(r)["blk.0.attn_k.weight"] == [64, cfg.n_head_kv * cfg.head_dim + 1]
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
+def test_kquant_encoders_round_trip(qtype):
+    """tools/kquant.py writes blocks that the gguf package decodes back close to the input, with
+    rows of mixed magnitude, all-positive and all-zero sub-blocks (the scale edge cases)."""
+    from tools import kquant
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((6, 512)) * np.array([0.01, 0.1, 1.0, 3.0, 0.05, 0.5])[:, None]).astype(np.float32)
+    x[1] = np.abs(x[1])          # no minimum needed
+    x[4, :40] = 0.0              # a zero sub-block and a partly zero one
+    encode = kquant.quantize_q4_k if qtype == "Q4_K" else kquant.quantize_q6_k
+    t = gguf.GGMLQuantizationType[qtype]
+    blocks = encode(x)
+    assert blocks.dtype == np.uint8 and blocks.shape == (6, 2 * (144 if qtype == "Q4_K" else 210))
+    back = gguf.quants.dequantize(blocks, t)
+    rel = np.sqrt(((back - x) ** 2).mean(axis=1) / (x ** 2).mean(axis=1))
+    assert (rel < (0.12 if qtype == "Q4_K" else 0.03)).all(), rel
+    assert np.all(back[4, :32] == 0)

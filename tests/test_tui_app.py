@@ -2,6 +2,8 @@
 edit/retry branches, themes, input conveniences. Greedy sampling, short replies."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from luce_tui.screens.dialogs import ConfirmScreen
@@ -94,7 +96,17 @@ async def test_escape_cancels_and_keeps_partial_reply(engine, store):
 
 
 @run_async
-async def test_escape_cancels_real_engine(engine, tiny_model):
+async def test_escape_cancels_real_engine(engine, tiny_model, monkeypatch):
+    # The tiny model writes 900 tokens in well under a second; on a loaded machine it could finish
+    # before the key press arrives. Each token is made to take 2 ms, so Escape lands mid-generation.
+    generate = engine.generate
+
+    def paced(*args, **kwargs):
+        for r in generate(*args, **kwargs):
+            time.sleep(0.002)
+            yield r
+
+    monkeypatch.setattr(engine, "generate", paced)
     app = make_app(engine, max_tokens=900)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, app, "Write a long essay", wait=False)

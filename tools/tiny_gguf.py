@@ -44,6 +44,11 @@ from pathlib import Path
 
 import numpy as np
 import gguf
+
+try:
+    from tools import kquant
+except ImportError:   # run as a script from tools/
+    import kquant
 from gguf import GGMLQuantizationType as QT
 from gguf import GGUFValueType as VT
 
@@ -67,7 +72,10 @@ WEIGHT_TYPES = {
     "f16": (QT.F16, gguf.LlamaFileType.MOSTLY_F16),
     "q8_0": (QT.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
     "q4_0": (QT.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
+    # the user's format: Q4_K, with Q6_K for ffn_down, attn_v / attn_qkv and the output head
+    "q4_k_m": (QT.Q4_K, gguf.LlamaFileType.MOSTLY_Q4_K_M),
 }
+Q6K_IN_Q4KM = ("ffn_down.weight", "attn_v.weight", "attn_qkv.weight", "output.weight")
 
 
 @dataclass
@@ -84,7 +92,7 @@ class TinyConfig:
     rope_freq_base: float = 10000.0
     rms_eps: float = 1e-5
     tied_output: bool = False      # no output.weight when True
-    weight_type: str = "f32"       # f32 / f16 / q8_0 / q4_0 for 2-D matrices; norms stay f32
+    weight_type: str = "f32"       # f32 / f16 / q8_0 / q4_0 / q4_k_m for 2-D matrices; norms stay f32
     seed: int = 0
     tokenizer_from: str | None = None  # copy tokenizer.* keys from this GGUF
     # ---- qwen35 only (ignored by llama / qwen3) ----
@@ -367,7 +375,17 @@ def _encode(arr: np.ndarray, qtype: QT) -> np.ndarray:
         return arr
     if qtype == QT.F16:
         return arr.astype(np.float16)
+    if qtype == QT.Q4_K:
+        return kquant.quantize_q4_k(arr)
+    if qtype == QT.Q6_K:
+        return kquant.quantize_q6_k(arr)
     return gguf.quants.quantize(arr, qtype)  # uint8 blocks; writer recovers ne from raw_dtype
+
+
+def _matrix_type(cfg: "TinyConfig", name: str, qtype: QT) -> QT:
+    if cfg.weight_type == "q4_k_m" and name.endswith(Q6K_IN_Q4KM):
+        return QT.Q6_K
+    return qtype
 
 
 def _check(cfg: TinyConfig) -> None:
@@ -392,11 +410,12 @@ def _check(cfg: TinyConfig) -> None:
             raise ValueError(f"qwen35 needs a full-attention layer: n_layer={cfg.n_layer} < "
                              f"full_attention_interval={cfg.full_attention_interval}")
         fan_ins.append(("ssm_heads*ssm_state", cfg.ssm_heads * cfg.ssm_state))
-    if cfg.weight_type in ("q8_0", "q4_0"):
-        # quantized rows are 32-element blocks along ne0 (= fan_in of every matrix)
+    if cfg.weight_type in ("q8_0", "q4_0", "q4_k_m"):
+        # quantized rows are blocks along ne0 (= fan_in of every matrix): 32 values, 256 for K-quants
+        block = 256 if cfg.weight_type == "q4_k_m" else 32
         for name, n in fan_ins:
-            if n % 32:
-                raise ValueError(f"{name}={n} must be a multiple of 32 for {cfg.weight_type}")
+            if n % block:
+                raise ValueError(f"{name}={n} must be a multiple of {block} for {cfg.weight_type}")
 
 
 def _write(path, cfg: TinyConfig, *, arch_name: str | None = None, skip_key: str | None = None,
@@ -468,7 +487,8 @@ def _write(path, cfg: TinyConfig, *, arch_name: str | None = None, skip_key: str
         if name == int_tensor:
             w.add_tensor(name, np.round(arr * 1000).astype(np.int32))
         elif is_matrix and qtype != QT.F32:
-            w.add_tensor(name, _encode(arr, qtype), raw_dtype=qtype)
+            t = _matrix_type(cfg, name, qtype)
+            w.add_tensor(name, _encode(arr, t), raw_dtype=t)
         else:
             w.add_tensor(name, arr)
 
