@@ -58,7 +58,7 @@ def device_index() -> int:
     return int(DEVICE.split(":")[1]) if ":" in DEVICE else 0
 
 
-@pytest.mark.parametrize("variant", [1, 2, 3, 4])
+@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5, 6])
 @pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
 @pytest.mark.parametrize("n", [2, 5, 8, 9, 16, 24, 32])
 def test_matches_reference(qtype, n, variant):

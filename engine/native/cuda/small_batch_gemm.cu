@@ -1,7 +1,9 @@
 // small_batch_gemm.cu — see small_batch_gemm.h.
 //
-// Work split: a block of 8 warps owns one tile of 16 weight rows; its warps take the row's 256-value
-// superblocks round-robin and each multiplies its superblocks with every column on the tensor cores
+// Work split: a block of 8 warps owns R tiles of 16 weight rows (R = 1 but in variants 5 and 6); the
+// warps of a tile take its 256-value superblocks round-robin (8 / R ways; with R > 1 the tiles' warps
+// read the same activations at the same time, which L1 then serves) and multiply them with every
+// column on the tensor cores
 // (mma.sync int8: 16 rows × 8 columns × 32 values for Q4_K, × 16 values for Q6_K, whose scales cover
 // 16 values). The 8 partial sums meet in shared memory in a fixed order, so results are
 // deterministic. The next superblock's weights are loaded before the current one is multiplied.
@@ -70,7 +72,8 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t * p) {
 }
 
 // ---- shared epilogue: sum the warps' partials in a fixed order and store -------------------------
-template <int NT>
+// The block's rows start at row0: R tiles of 16, warp w holding tile w % R of K split w / R.
+template <int NT, int R>
 __device__ __forceinline__ void reduce_and_store(float (&acc)[NT][4], float * __restrict__ y, int64_t y_stride,
                                                  int64_t row0, int64_t nrows, int n) {
     constexpr int n_pad = 8 * NT;
@@ -84,12 +87,13 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[NT][4], float * __
         red[warp][g + 8][nt * 8 + 2 * t + 1] = acc[nt][3];
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < kTileRows * n_pad; idx += kThreads) {
-        const int r = idx % kTileRows, c = idx / kTileRows;   // consecutive threads: consecutive rows
+    constexpr int rows = kTileRows * R;
+    for (int idx = threadIdx.x; idx < rows * n_pad; idx += kThreads) {
+        const int r = idx % rows, c = idx / rows;   // consecutive threads: consecutive rows
         if (c >= n || row0 + r >= nrows) continue;
         float s = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) s += red[w][r][c];
+        for (int ks = 0; ks < kWarps / R; ++ks) s += red[ks * R + r / kTileRows][r % kTileRows][c];
         y[int64_t(c) * y_stride + row0 + r] = s;
     }
 }
@@ -121,26 +125,28 @@ __device__ __forceinline__ void q4k_unpack(const uint4 & head, uint32_t (&sc)[2]
 
 // Variants (small_batch_gemm.h) trade registers for occupancy: MINB blocks per SM (a register cap),
 // and whether the next superblock's weights are loaded while this one is multiplied.
-template <int NT, int MINB, bool PREFETCH>
+template <int NT, int MINB, bool PREFETCH, int R>
 __global__ void __launch_bounds__(kThreads, MINB) gemm_q4_K(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
                                                      int64_t n_super, const int8_t * __restrict__ xq,
                                                      const float2 * __restrict__ xs, int64_t k, int n,
                                                      float * __restrict__ y, int64_t y_stride) {
     constexpr int n_pad = 8 * NT;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int64_t row0 = int64_t(blockIdx.x) * kTileRows;
+    const int ks = warp / R;                                              // this warp's K split
+    const int64_t block_row0 = int64_t(blockIdx.x) * kTileRows * R;
+    const int64_t row0 = block_row0 + (warp % R) * kTileRows;
     const uint8_t * wa = w + min(row0 + g, nrows - 1) * row_bytes;       // rows past the end repeat the last
     const uint8_t * wb = w + min(row0 + g + 8, nrows - 1) * row_bytes;   // one; their sums are not stored
     float acc[NT][4] = {};
 
     Q4KRows cur, next;
-    int64_t i = warp;
+    int64_t i = ks;
     if (PREFETCH && i < n_super) load_q4k(cur, wa + i * kQ4KBytes, wb + i * kQ4KBytes, t);
-    for (; i < n_super; i += kWarps) {
+    for (; i < n_super; i += kWarps / R) {
         if (!PREFETCH) {
             load_q4k(cur, wa + i * kQ4KBytes, wb + i * kQ4KBytes, t);
-        } else if (i + kWarps < n_super) {
-            load_q4k(next, wa + (i + kWarps) * kQ4KBytes, wb + (i + kWarps) * kQ4KBytes, t);
+        } else if (i + kWarps / R < n_super) {
+            load_q4k(next, wa + (i + kWarps / R) * kQ4KBytes, wb + (i + kWarps / R) * kQ4KBytes, t);
         }
         float d[2], dmin[2];
         uint32_t scp[2][2], mnp[2][2];
@@ -179,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_q4_K(const uint8_t * __re
         }
         if (PREFETCH) cur = next;
     }
-    reduce_and_store<NT>(acc, y, y_stride, row0, nrows, n);
+    reduce_and_store<NT, R>(acc, y, y_stride, block_row0, nrows, n);
 }
 
 // ---- Q6_K: y = d*sc*(q - 32) per 16-value group --------------------------------------------------
@@ -213,26 +219,28 @@ __device__ __forceinline__ void load_q6k(Q6KRows & r, const uint8_t * a, const u
     }
 }
 
-template <int NT, int MINB, bool PREFETCH>
+template <int NT, int MINB, bool PREFETCH, int R>
 __global__ void __launch_bounds__(kThreads, MINB) gemm_q6_K(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
                                                      int64_t n_super, const int8_t * __restrict__ xq,
                                                      const float2 * __restrict__ xs, int64_t k, int n,
                                                      float * __restrict__ y, int64_t y_stride) {
     constexpr int n_pad = 8 * NT;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int64_t row0 = int64_t(blockIdx.x) * kTileRows;
+    const int ks = warp / R;
+    const int64_t block_row0 = int64_t(blockIdx.x) * kTileRows * R;
+    const int64_t row0 = block_row0 + (warp % R) * kTileRows;
     const uint8_t * wa = w + min(row0 + g, nrows - 1) * row_bytes;
     const uint8_t * wb = w + min(row0 + g + 8, nrows - 1) * row_bytes;
     float acc[NT][4] = {};
 
     Q6KRows cur, next;
-    int64_t i = warp;
+    int64_t i = ks;
     if (PREFETCH && i < n_super) load_q6k(cur, wa + i * kQ6KBytes, wb + i * kQ6KBytes, t);
-    for (; i < n_super; i += kWarps) {
+    for (; i < n_super; i += kWarps / R) {
         if (!PREFETCH) {
             load_q6k(cur, wa + i * kQ6KBytes, wb + i * kQ6KBytes, t);
-        } else if (i + kWarps < n_super) {
-            load_q6k(next, wa + (i + kWarps) * kQ6KBytes, wb + (i + kWarps) * kQ6KBytes, t);
+        } else if (i + kWarps / R < n_super) {
+            load_q6k(next, wa + (i + kWarps / R) * kQ6KBytes, wb + (i + kWarps / R) * kQ6KBytes, t);
         }
 #pragma unroll
         for (int G = 0; G < 16; ++G) {
@@ -262,19 +270,19 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_q6_K(const uint8_t * __re
         }
         if (PREFETCH) cur = next;
     }
-    reduce_and_store<NT>(acc, y, y_stride, row0, nrows, n);
+    reduce_and_store<NT, R>(acc, y, y_stride, block_row0, nrows, n);
 }
 
 int n_tiles(int n) { return (n + 7) / 8; }
 
-template <int NT, int MINB, bool PREFETCH>
+template <int NT, int MINB, bool PREFETCH, int R = 1>
 cudaError_t launch1(const SmallGemm & g, const int8_t * xq, const float2 * xs, cudaStream_t s) {
-    const dim3 grid(unsigned((g.nrows + kTileRows - 1) / kTileRows));
+    const dim3 grid(unsigned((g.nrows + kTileRows * R - 1) / (kTileRows * R)));
     const auto * w = static_cast<const uint8_t *>(g.w);
     if (g.type == 12) {
-        gemm_q4_K<NT, MINB, PREFETCH><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
+        gemm_q4_K<NT, MINB, PREFETCH, R><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
     } else {
-        gemm_q6_K<NT, MINB, PREFETCH><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
+        gemm_q6_K<NT, MINB, PREFETCH, R><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
     }
     return cudaGetLastError();
 }
@@ -286,6 +294,8 @@ cudaError_t launch(const SmallGemm & g, const int8_t * xq, const float2 * xs, cu
         case 1: return launch1<NT, 1, true>(g, xq, xs, s);
         case 3: return launch1<NT, 3, false>(g, xq, xs, s);
         case 4: return launch1<NT, 4, false>(g, xq, xs, s);
+        case 5: return launch1<NT, 2, true, 2>(g, xq, xs, s);
+        case 6: return launch1<NT, 2, true, 4>(g, xq, xs, s);
         default: return launch1<NT, 2, true>(g, xq, xs, s);
     }
 }

@@ -17,9 +17,10 @@ namespace luce::cuda {
 
 constexpr int kSmallGemmMaxCols = 32;
 
-// Kernel variants (LUCE_SMALL_GEMM_VARIANT), register/occupancy trade-offs of one kernel: the next
-// superblock prefetched with 1 (1) or 2 (2) blocks per SM, or not prefetched with 3 (3) or 4 (4).
-// On the H200 with the 27B-shaped file, 2 was the fastest at 16 columns (bench/RESULTS.md).
+// Kernel variants (LUCE_SMALL_GEMM_VARIANT), trade-offs of one kernel: the next superblock
+// prefetched with 1 (1) or 2 (2) blocks per SM, or not prefetched with 3 (3) or 4 (4) blocks per
+// SM; 5 and 6 are 2 with 2 or 4 row tiles per block sharing their activation loads (not yet
+// measured). On the H200 with the 27B-shaped file, 2 was the fastest at 16 columns (bench/RESULTS.md).
 constexpr int kSmallGemmDefaultVariant = 2;
 
 // Weight types these kernels take (ggml_type values: GGML_TYPE_Q4_K = 12, GGML_TYPE_Q6_K = 14).

@@ -83,7 +83,7 @@ public:
         : backend_(backend), device_(device), to_ours_(to_ours), to_ggml_(to_ggml), stream_(stream) {
         const char * v = std::getenv("LUCE_SMALL_GEMM_VARIANT");
         variant_ = v ? std::atoi(v) : cuda::kSmallGemmDefaultVariant;
-        if (variant_ < 1 || variant_ > 4) variant_ = cuda::kSmallGemmDefaultVariant;
+        if (variant_ < 1 || variant_ > 6) variant_ = cuda::kSmallGemmDefaultVariant;
         const char * c = std::getenv("LUCE_SMALL_BATCH_CHECK");
         check_ = c && std::string(c) == "1";
     }
@@ -294,7 +294,7 @@ extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, c
         if (ok) {
             luce::cuda::SmallGemm g{ggml_type, dw, nrows, k, row_bytes, static_cast<const float *>(dx), k, n,
                                     static_cast<float *>(dy), nrows,
-                                    variant >= 1 && variant <= 4 ? variant : luce::cuda::kSmallGemmDefaultVariant};
+                                    variant >= 1 && variant <= 6 ? variant : luce::cuda::kSmallGemmDefaultVariant};
             ok = luce::cuda::small_gemm_quantize(g, ds, nullptr) == 0 && luce::cuda::small_gemm_multiply(g, ds, nullptr) == 0 &&
                  cudaMemcpy(y, dy, y_bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
         }

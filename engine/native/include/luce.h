@@ -409,7 +409,7 @@ LUCE_API luce_status luce_draft_plan(const char * path, const luce_model * targe
 // y = W x with luce's CUDA small-batch kernel on CUDA device `device`, from host memory: W is
 // nrows rows of k values of ggml type `ggml_type` (Q4_K or Q6_K, k a multiple of 256), x is n
 // columns (1..32) of k floats, y receives n columns of nrows floats; variant: the kernel variant
-// (1..4, see cuda/small_batch_gemm.h; 0 = the default). For tests of the kernel against a
+// (1..6, see cuda/small_batch_gemm.h; 0 = the default). For tests of the kernel against a
 // reference. LUCE_ERR_UNSUPPORTED when luce was built without its CUDA kernels or the device
 // cannot run them.
 LUCE_API luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, const void * w, int64_t nrows, int64_t k,
