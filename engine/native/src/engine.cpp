@@ -96,6 +96,7 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
 
 Engine::~Engine() {
     graph_.reset();
+    small_batch_.reset();   // its events and stream belong to backend_'s device: gone before it is
     if (sched_) ggml_backend_sched_free(sched_);
     if (cpu_backend_) ggml_backend_free(cpu_backend_);
     if (backend_) ggml_backend_free(backend_);
