@@ -282,21 +282,30 @@ def test_hybrid_cancelled_generation_leaves_consistent_state(hybrid_model):
 # digit there. Rollback is then checked exactly against a reference with the same batch shapes,
 # and against the plain reference within this batch-shape tolerance.
 BATCH_SHAPE_RTOL = 1e-5 if DEVICE == "cpu" else 3e-3
+# On a GPU, K-quant matmuls quantize activations to int8 with kernels that differ by batch size
+# (ggml's MMVQ/MMQ, luce's small-batch GEMM): a rounding difference can move an activation across
+# a rounding boundary, 1/127 of its block's scale. (On the CPU the rollback stays exact.)
+KQUANT_BATCH_SHAPE_RTOL = 1e-5 if DEVICE == "cpu" else 3e-2
 
 
 def _rel_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
-@pytest.mark.parametrize("arch", ["qwen35", "llama"])
+@pytest.mark.parametrize("arch", ["qwen35", "llama", "qwen35-q4km"])
 def test_verify_commit_rolls_back_exactly(arch, tmp_path):
     """prefill P, verify t1..t8, commit k (every k in 0..8), continue with u1..u4. The logits equal
     (1e-5 relative) those of an engine that verified t1..tk followed by other tokens and committed
     k (same batch shapes: the rejected tokens leave no trace), and those of a fresh engine fed
     P + t1..tk (exact on the CPU; within BATCH_SHAPE_RTOL on a GPU): the rollback restores KV
     length and recurrent/conv state without recomputation."""
-    cfg = (TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=32, seed=5) if arch == "qwen35"
-           else TinyConfig(arch="llama", n_vocab=256, seed=5))
+    if arch == "qwen35-q4km":   # the user's format; on CUDA its verify blocks run on luce's own kernels
+        cfg = TinyConfig(arch="qwen35", n_vocab=256, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64,
+                         n_ff=512, ssm_state=64, ssm_heads=4, ssm_groups=2, weight_type="q4_k_m", seed=5)
+    else:
+        cfg = (TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=32, seed=5) if arch == "qwen35"
+               else TinyConfig(arch="llama", n_vocab=256, seed=5))
+    fresh_rtol = KQUANT_BATCH_SHAPE_RTOL if arch.endswith("q4km") else BATCH_SHAPE_RTOL
     model = Model(write_tiny_gguf(tmp_path / f"{arch}.gguf", cfg), device=DEVICE, n_threads=THREADS)
     p, t, u = prompt(20, 1), prompt(8, 2), prompt(4, 3)
     other = [(x + 17) % 256 for x in t]   # differs from t at every position
@@ -324,7 +333,7 @@ def test_verify_commit_rolls_back_exactly(arch, tmp_path):
         fresh = Engine(model, n_ctx=256)
         fresh.prefill(p + t[:k])
         fresh.prefill(u, logits_all=True)
-        assert _rel_diff(got, fresh.all_logits()) <= BATCH_SHAPE_RTOL, f"k={k}"
+        assert _rel_diff(got, fresh.all_logits()) <= fresh_rtol, f"k={k}"
 
 
 def test_verify_greedy_tokens_match_logits(hybrid_model):
