@@ -20,8 +20,9 @@ for m in q35-tiny q27; do
   LUCE_SMALL_BATCH_CHECK=1 timeout 300 python3 bench/gpu/small_batch_check.py --model $M/$m.gguf > "$RES/node_check_$m.txt" 2>&1
   log "node check $m: $(grep -c 'small-batch check' "$RES/node_check_$m.txt") nodes, worst $(grep 'small-batch check' "$RES/node_check_$m.txt" | sed 's/.*(\(.*\))$/\1/' | sort -g | tail -1); $(tail -1 "$RES/node_check_$m.txt")"
 done
-timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants 2,4,5,6 > "$RES/check_q27.txt" 2>&1
-best=$(sed -n 's/^BEST VARIANT //p' "$RES/check_q27.txt"); export LUCE_SMALL_GEMM_VARIANT=${best:-2}
+timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants 2,2f,5,6,5f,6f > "$RES/check_q27.txt" 2>&1
+best=$(sed -n 's/^BEST VARIANT //p' "$RES/check_q27.txt"); export LUCE_SMALL_GEMM_VARIANT=${best%f}
+[ "${best%f}" != "$best" ] && export LUCE_SMALL_BATCH_FUSE=1
 log "check q27: $(tail -1 "$RES/check_q27.txt"), best variant ${best:-none}"
 engine_table
 log "table: $(grep -E 'verify 16' "$RES/bench_q27.txt")"
@@ -32,6 +33,6 @@ spec6() {   # spec6 NAME [env...]: DFlash chain at L = 6, ours only
 }
 spec6 spec6
 spec6 spec6_off LUCE_SMALL_BATCH_GEMM=0
-exact_cuda
+exact_cuda   # with the fastest configuration: the Q4_K_M tests run their verify blocks on our kernels
 timeout 200 python3 bench/gpu/profile_kernels.py --model $M/q27.gguf --verify 16 > "$RES/profile.txt" 2>&1
 log "all done"

@@ -10,7 +10,7 @@ own rows move when the 16 tokens go one at a time (another kernel, other roundin
 whose outputs amplify rounding (deep random weights), that baseline is large too. A greedy decode
 through verify/commit follows. --timing adds the steady-state cost of verifying n tokens
 (verify + commit(0) repeated) and of a decode step, per engine, and names the variant with the
-cheapest 16-token verify ("BEST VARIANT N").
+cheapest 16-token verify ("BEST VARIANT N", or "Nf" when ggml's fusion in the pieces won).
 Set LUCE_SMALL_BATCH_CHECK=1 to have every replaced matmul compared with ggml's on its first run.
 """
 from __future__ import annotations
@@ -71,12 +71,15 @@ def main() -> int:
     ap.add_argument("--model", required=True)
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--timing", action="store_true")
-    ap.add_argument("--variants", default="2", help="comma-separated kernel variants to compare")
+    ap.add_argument("--variants", default="2",
+                    help="comma-separated kernel variants to compare; a trailing f (2f) adds LUCE_SMALL_BATCH_FUSE=1")
     args = ap.parse_args()
 
     model = Model(args.model, device=args.device)
-    variants = [int(v) for v in args.variants.split(",") if v]
-    engines = {f"v{v}": engine_with(model, {"LUCE_SMALL_GEMM_VARIANT": str(v)}) for v in variants}
+    engines = {}
+    for v in (v for v in args.variants.split(",") if v):
+        env = {"LUCE_SMALL_GEMM_VARIANT": v.rstrip("f"), "LUCE_SMALL_BATCH_FUSE": "1" if v.endswith("f") else "0"}
+        engines[f"v{v}"] = engine_with(model, env)
     engines["slow"] = engine_with(model, {"LUCE_SMALL_BATCH_GEMM": "0"})
     rng = np.random.default_rng(7)
     hi = max(2, min(model.n_vocab - 1, 200_000))

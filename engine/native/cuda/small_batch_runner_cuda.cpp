@@ -1,6 +1,7 @@
 // small_batch_runner_cuda.cpp — the CUDA implementation of small_batch_runner.h.
 #include "small_batch_runner.h"
 
+#include "graph_pieces.h"
 #include "small_batch_gemm.h"
 
 #include "api_guard.h"
@@ -86,6 +87,8 @@ public:
         if (variant_ < 1 || variant_ > 6) variant_ = cuda::kSmallGemmDefaultVariant;
         const char * c = std::getenv("LUCE_SMALL_BATCH_CHECK");
         check_ = c && std::string(c) == "1";
+        const char * f = std::getenv("LUCE_SMALL_BATCH_FUSE");
+        fuse_ = f && std::string(f) == "1";
     }
 
     ~CudaSmallBatchRunner() override {
@@ -123,18 +126,30 @@ public:
             pieces_.back().end = i + 1;
         }
         if (n_replaced_ == 0) return false;
-        // ggml's node ranges as graphs of their own. ggml.h has no graph views, so these hold the
-        // same nodes without the parent's use counts: ggml fuses no ops across them, which only
-        // costs speed; the allocation stays the one planned for the whole graph.
+        // ggml's node ranges as graphs of their own. By default they hold the same nodes without
+        // the parent's use counts, so ggml fuses no ops in them (slower, never wrong). With
+        // LUCE_SMALL_BATCH_FUSE=1 they are graph_pieces.h's duplicates, whose use counts let ggml
+        // fuse within a range (not yet run on a GPU). The allocation stays the whole graph's.
+        if (fuse_) {
+            std::vector<std::pair<int, int>> ranges;
+            for (const Piece & p : pieces_) {
+                if (!p.ours) ranges.push_back({p.begin, p.end});
+            }
+            if (!fused_.build(gf, ranges)) return false;
+            size_t r = 0;
+            for (Piece & p : pieces_) {
+                if (!p.ours) p.graph = fused_.graph(r++);
+            }
+        }
         size_t ctx_bytes = 0;
-        for (const Piece & p : pieces_) ctx_bytes += p.ours ? 0 : ggml_graph_overhead_custom(size_t(p.end - p.begin), false);
+        for (const Piece & p : pieces_) ctx_bytes += p.ours || fuse_ ? 0 : ggml_graph_overhead_custom(size_t(p.end - p.begin), false);
         if (check_) ctx_bytes += size_t(n_replaced_) * ggml_graph_overhead_custom(1, false);
         if (pieces_ctx_) ggml_free(pieces_ctx_);
         ggml_init_params ip{ctx_bytes + 1024, nullptr, true};
         pieces_ctx_ = ggml_init(ip);
         if (!pieces_ctx_) return false;
         for (Piece & p : pieces_) {
-            if (p.ours) continue;
+            if (p.ours || fuse_) continue;
             p.graph = ggml_new_graph_custom(pieces_ctx_, size_t(p.end - p.begin), false);
             for (int i = p.begin; i < p.end; ++i) ggml_graph_add_node(p.graph, ggml_graph_node(gf, i));
         }
@@ -222,6 +237,8 @@ private:
     int n_replaced_ = 0;
     int variant_ = cuda::kSmallGemmDefaultVariant;   // LUCE_SMALL_GEMM_VARIANT (see small_batch_gemm.h)
     bool check_ = false, checked_ = false;
+    bool fuse_ = false;       // LUCE_SMALL_BATCH_FUSE=1: pieces from graph_pieces.h
+    GraphPieces fused_;
 };
 
 // The CUDA device index of a ggml device of the CUDA registry, or -1.

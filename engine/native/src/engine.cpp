@@ -1,10 +1,12 @@
 #include "engine.h"
 #include "device.h"
 #include "error.h"
+#include "graph_pieces.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 namespace luce {
@@ -91,6 +93,8 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
     sched_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), graph_max_nodes(m_), false, true);
     if (!sched_) throw Error(LUCE_ERR_DEVICE, "cannot create the graph scheduler");
     if (!device_is_cpu(m_.dev)) small_batch_ = make_small_batch_runner(backend_);
+    const char * pw = std::getenv("LUCE_DEBUG_PIECEWISE");
+    debug_piecewise_ = device_is_cpu(m_.dev) && pw && std::string(pw) == "1";
     reserve_worst_case();
 }
 
@@ -115,6 +119,27 @@ void Engine::reserve_worst_case() {
     // measured now, plus what the small-batch kernels may hold
     plan_.compute = compute + (small_batch_ ? small_batch_scratch_bound(matmul_width(m_.hp)) : 0);
     plan_.total = plan_.weights + plan_.kv_cache + plan_.recurrent + plan_.compute + plan_.outputs;
+}
+
+ggml_status Engine::compute_in_pieces(ggml_cgraph * gf) {
+    if (ggml_backend_sched_get_n_splits(sched_) != 1) return ggml_backend_sched_graph_compute(sched_, gf);
+    std::vector<std::pair<int, int>> ranges;   // every matmul alone, the nodes between them together
+    const int n = ggml_graph_n_nodes(gf);
+    for (int i = 0; i < n; ++i) {
+        const bool alone = ggml_graph_node(gf, i)->op == GGML_OP_MUL_MAT;
+        if (alone || ranges.empty() || ggml_graph_node(gf, ranges.back().first)->op == GGML_OP_MUL_MAT) {
+            ranges.push_back({i, i + 1});
+        } else {
+            ranges.back().second = i + 1;
+        }
+    }
+    GraphPieces pieces;
+    if (!pieces.build(gf, ranges)) return GGML_STATUS_ALLOC_FAILED;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+        const ggml_status st = ggml_backend_graph_compute(backend_, pieces.graph(i));
+        if (st != GGML_STATUS_SUCCESS) return st;
+    }
+    return GGML_STATUS_SUCCESS;
 }
 
 void Engine::check_cancel() {
@@ -182,7 +207,9 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify)
     ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
 
     if (graph_piecewise_) stats_.n_small_batch_evals++;
-    const ggml_status status = graph_piecewise_ ? small_batch_->compute(g.gf) : ggml_backend_sched_graph_compute(sched_, g.gf);
+    const ggml_status status = graph_piecewise_  ? small_batch_->compute(g.gf)
+                             : debug_piecewise_ ? compute_in_pieces(g.gf)
+                                                : ggml_backend_sched_graph_compute(sched_, g.gf);
     if (status != GGML_STATUS_SUCCESS && replay_on_failure) replay_context();
     if (status == GGML_STATUS_ABORTED) {
         // Nothing is committed: cells written past the context stay hidden by the mask.
