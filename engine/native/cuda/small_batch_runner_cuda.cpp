@@ -169,6 +169,17 @@ public:
     }
 
     ggml_status compute(ggml_cgraph * gf) override {
+        const ggml_status st = launch_pieces(gf);
+        // on success and failure alike nothing may still run when the caller reads or rebuilds
+        cudaSetDevice(device_);
+        cudaStreamSynchronize(stream_);
+        ggml_backend_synchronize(backend_);
+        if (st != GGML_STATUS_SUCCESS) return st;
+        return cudaGetLastError() == cudaSuccess ? GGML_STATUS_SUCCESS : GGML_STATUS_FAILED;
+    }
+
+    // Queues every piece: ggml's on its stream, ours on stream_, ordered by the two events.
+    ggml_status launch_pieces(ggml_cgraph * gf) {
         for (const Piece & p : pieces_) {
             if (!p.ours) {
                 const ggml_status st = ggml_backend_graph_compute_async(backend_, p.graph);
@@ -194,8 +205,7 @@ public:
             if (check_ && !checked_) check_against_ggml(gf, p);
         }
         checked_ = true;
-        ggml_backend_synchronize(backend_);
-        return cudaGetLastError() == cudaSuccess ? GGML_STATUS_SUCCESS : GGML_STATUS_FAILED;
+        return GGML_STATUS_SUCCESS;
     }
 
     int n_replaced() const override { return n_replaced_; }
