@@ -123,31 +123,17 @@ __device__ __forceinline__ void q4k_unpack(const uint4 & head, uint32_t (&sc)[2]
     mn[1] = ((head.w >> 4) & 0x0f0f0f0fu) | ((head.z >> 2) & 0x30303030u);
 }
 
-// Variants (small_batch_gemm.h) trade registers for occupancy: MINB blocks per SM (a register cap),
-// and whether the next superblock's weights are loaded while this one is multiplied.
-template <int NT, int MINB, bool PREFETCH, int R>
-__global__ void __launch_bounds__(kThreads, MINB) gemm_q4_K(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
-                                                     int64_t n_super, const int8_t * __restrict__ xq,
-                                                     const float2 * __restrict__ xs, int64_t k, int n,
-                                                     float * __restrict__ y, int64_t y_stride) {
-    constexpr int n_pad = 8 * NT;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int ks = warp / R;                                              // this warp's K split
-    const int64_t block_row0 = int64_t(blockIdx.x) * kTileRows * R;
-    const int64_t row0 = block_row0 + (warp % R) * kTileRows;
-    const uint8_t * wa = w + min(row0 + g, nrows - 1) * row_bytes;       // rows past the end repeat the last
-    const uint8_t * wb = w + min(row0 + g + 8, nrows - 1) * row_bytes;   // one; their sums are not stored
-    float acc[NT][4] = {};
+// Q4_K as a format of gemm_small below: one thread's rows of one superblock and their product.
+struct Q4K {
+    static constexpr int kBytes = kQ4KBytes;
+    using Rows = Q4KRows;
+    static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q4k(r, a, b, t); }
 
-    Q4KRows cur, next;
-    int64_t i = ks;
-    if (PREFETCH && i < n_super) load_q4k(cur, wa + i * kQ4KBytes, wb + i * kQ4KBytes, t);
-    for (; i < n_super; i += kWarps / R) {
-        if (!PREFETCH) {
-            load_q4k(cur, wa + i * kQ4KBytes, wb + i * kQ4KBytes, t);
-        } else if (i + kWarps / R < n_super) {
-            load_q4k(next, wa + (i + kWarps / R) * kQ4KBytes, wb + (i + kWarps / R) * kQ4KBytes, t);
-        }
+    template <int NT>
+    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], int64_t i,
+                                                    const int8_t * __restrict__ xq, const float2 * __restrict__ xs,
+                                                    int64_t k, int g, int t) {
+        constexpr int n_pad = 8 * NT;
         float d[2], dmin[2];
         uint32_t scp[2][2], mnp[2][2];
 #pragma unroll
@@ -183,10 +169,8 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_q4_K(const uint8_t * __re
                 acc[nt][3] += fs[1] * s.z * float(c[3]) - fm[1] * s.w;
             }
         }
-        if (PREFETCH) cur = next;
     }
-    reduce_and_store<NT, R>(acc, y, y_stride, block_row0, nrows, n);
-}
+};
 
 // ---- Q6_K: y = d*sc*(q - 32) per 16-value group --------------------------------------------------
 // Value v = 128h + 32m + l (h = 0..1, m = 0..3, l = 0..31) has its low 4 bits in nibble m/2 of
@@ -219,29 +203,17 @@ __device__ __forceinline__ void load_q6k(Q6KRows & r, const uint8_t * a, const u
     }
 }
 
-template <int NT, int MINB, bool PREFETCH, int R>
-__global__ void __launch_bounds__(kThreads, MINB) gemm_q6_K(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
-                                                     int64_t n_super, const int8_t * __restrict__ xq,
-                                                     const float2 * __restrict__ xs, int64_t k, int n,
-                                                     float * __restrict__ y, int64_t y_stride) {
-    constexpr int n_pad = 8 * NT;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int ks = warp / R;
-    const int64_t block_row0 = int64_t(blockIdx.x) * kTileRows * R;
-    const int64_t row0 = block_row0 + (warp % R) * kTileRows;
-    const uint8_t * wa = w + min(row0 + g, nrows - 1) * row_bytes;
-    const uint8_t * wb = w + min(row0 + g + 8, nrows - 1) * row_bytes;
-    float acc[NT][4] = {};
+// Q6_K as a format of gemm_small below.
+struct Q6K {
+    static constexpr int kBytes = kQ6KBytes;
+    using Rows = Q6KRows;
+    static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q6k(r, a, b, t); }
 
-    Q6KRows cur, next;
-    int64_t i = ks;
-    if (PREFETCH && i < n_super) load_q6k(cur, wa + i * kQ6KBytes, wb + i * kQ6KBytes, t);
-    for (; i < n_super; i += kWarps / R) {
-        if (!PREFETCH) {
-            load_q6k(cur, wa + i * kQ6KBytes, wb + i * kQ6KBytes, t);
-        } else if (i + kWarps / R < n_super) {
-            load_q6k(next, wa + (i + kWarps / R) * kQ6KBytes, wb + (i + kWarps / R) * kQ6KBytes, t);
-        }
+    template <int NT>
+    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], int64_t i,
+                                                    const int8_t * __restrict__ xq, const float2 * __restrict__ xs,
+                                                    int64_t k, int g, int t) {
+        constexpr int n_pad = 8 * NT;
 #pragma unroll
         for (int G = 0; G < 16; ++G) {
             const int h = G / 8, m = (G / 2) % 4, lh = G % 2;
@@ -268,6 +240,36 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_q6_K(const uint8_t * __re
                 acc[nt][3] += fs[1] * s.z * float(c[3]);
             }
         }
+    }
+};
+
+// The kernel, for either format. Variants (small_batch_gemm.h) trade registers for occupancy: MINB
+// blocks per SM (a register cap), and whether the next superblock's weights are loaded while this
+// one is multiplied; R row tiles per block share their activation loads.
+template <class Format, int NT, int MINB, bool PREFETCH, int R>
+__global__ void __launch_bounds__(kThreads, MINB) gemm_small(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
+                                                        int64_t n_super, const int8_t * __restrict__ xq,
+                                                        const float2 * __restrict__ xs, int64_t k, int n,
+                                                        float * __restrict__ y, int64_t y_stride) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int ks = warp / R;                                              // this warp's K split
+    const int64_t block_row0 = int64_t(blockIdx.x) * kTileRows * R;
+    const int64_t row0 = block_row0 + (warp % R) * kTileRows;
+    const uint8_t * wa = w + min(row0 + g, nrows - 1) * row_bytes;       // rows past the end repeat the last
+    const uint8_t * wb = w + min(row0 + g + 8, nrows - 1) * row_bytes;   // one; their sums are not stored
+    constexpr int step = kWarps / R;
+    float acc[NT][4] = {};
+
+    typename Format::Rows cur, next;
+    int64_t i = ks;
+    if (PREFETCH && i < n_super) Format::load(cur, wa + i * Format::kBytes, wb + i * Format::kBytes, t);
+    for (; i < n_super; i += step) {
+        if (!PREFETCH) {
+            Format::load(cur, wa + i * Format::kBytes, wb + i * Format::kBytes, t);
+        } else if (i + step < n_super) {
+            Format::load(next, wa + (i + step) * Format::kBytes, wb + (i + step) * Format::kBytes, t);
+        }
+        Format::template multiply<NT>(cur, acc, i, xq, xs, k, g, t);
         if (PREFETCH) cur = next;
     }
     reduce_and_store<NT, R>(acc, y, y_stride, block_row0, nrows, n);
@@ -280,9 +282,9 @@ cudaError_t launch1(const SmallGemm & g, const int8_t * xq, const float2 * xs, c
     const dim3 grid(unsigned((g.nrows + kTileRows * R - 1) / (kTileRows * R)));
     const auto * w = static_cast<const uint8_t *>(g.w);
     if (g.type == 12) {
-        gemm_q4_K<NT, MINB, PREFETCH, R><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
+        gemm_small<Q4K, NT, MINB, PREFETCH, R><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
     } else {
-        gemm_q6_K<NT, MINB, PREFETCH, R><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
+        gemm_small<Q6K, NT, MINB, PREFETCH, R><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
     }
     return cudaGetLastError();
 }
