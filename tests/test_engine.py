@@ -11,7 +11,7 @@ import pytest
 from luce_engine import (ContextFullError, Engine, EngineStateError, GenerationCancelled, InvalidArgumentError,
                          Model, Sampling)
 from reference import DEVICE, THREADS, smollm2_path
-from tools.tiny_gguf import TinyConfig, write_tiny_gguf
+from tools.tiny_gguf import Q4KM_QWEN35, TinyConfig, write_tiny_gguf
 
 
 @pytest.fixture(scope="module")
@@ -300,8 +300,7 @@ def test_verify_commit_rolls_back_exactly(arch, tmp_path):
     P + t1..tk (exact on the CPU; within BATCH_SHAPE_RTOL on a GPU): the rollback restores KV
     length and recurrent/conv state without recomputation."""
     if arch == "qwen35-q4km":   # the user's format; on CUDA its verify blocks run on luce's own kernels
-        cfg = TinyConfig(arch="qwen35", n_vocab=256, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64,
-                         n_ff=512, ssm_state=64, ssm_heads=4, ssm_groups=2, weight_type="q4_k_m", seed=5)
+        cfg = TinyConfig(**Q4KM_QWEN35, n_vocab=256, seed=5)
     else:
         cfg = (TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=32, seed=5) if arch == "qwen35"
                else TinyConfig(arch="llama", n_vocab=256, seed=5))

@@ -12,13 +12,12 @@ import numpy as np
 import pytest
 
 from luce_engine import Engine, Model, Sampling
-from tools.tiny_gguf import TinyConfig, write_tiny_gguf
+from tools.tiny_gguf import Q4KM_QWEN35, TinyConfig, write_tiny_gguf
 
 CONFIGS = {
     "llama": TinyConfig(arch="llama", n_vocab=256, seed=31),
     "qwen35": TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=32, seed=32),
-    "qwen35-q4km": TinyConfig(arch="qwen35", n_vocab=256, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64,
-                              n_ff=512, ssm_state=64, ssm_heads=4, ssm_groups=2, weight_type="q4_k_m", seed=33),
+    "qwen35-q4km": TinyConfig(**Q4KM_QWEN35, n_vocab=256, seed=33),
 }
 
 

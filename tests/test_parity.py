@@ -8,7 +8,7 @@ import pytest
 from luce_engine import Engine, Model, UnsupportedModelError
 from reference import (DEVICE, THREADS, our_greedy, reference_greedy, reference_llama, reference_logits,
                        smollm2_path, top2_margin)
-from tools.tiny_gguf import TinyConfig, write_tiny_gguf
+from tools.tiny_gguf import Q4KM_QWEN35, TinyConfig, write_tiny_gguf
 
 TINY_CONFIGS = {
     "llama": TinyConfig(arch="llama", n_vocab=512, n_embd=128, n_layer=3, n_head=4, n_head_kv=2, head_dim=32, n_ff=256, seed=1),
@@ -26,8 +26,7 @@ TINY_CONFIGS = {
     # the user's format: Q4_K with Q6_K for ffn_down, attn_v / attn_qkv and the head
     "llama-q4km": TinyConfig(arch="llama", n_vocab=512, n_embd=256, n_layer=2, n_head=4, n_head_kv=2, head_dim=64,
                              n_ff=512, weight_type="q4_k_m", seed=5),
-    "qwen35-q4km": TinyConfig(arch="qwen35", n_vocab=512, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64,
-                              n_ff=512, ssm_state=64, ssm_heads=4, ssm_groups=2, weight_type="q4_k_m", seed=6),
+    "qwen35-q4km": TinyConfig(**Q4KM_QWEN35, n_vocab=512, seed=6),
 }
 
 

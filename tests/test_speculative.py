@@ -12,7 +12,7 @@ import pytest
 from luce_engine import Engine, Model, Sampling
 from luce_engine.speculative import ChainSpeculator
 from reference import DEVICE, THREADS, TINY_WEIGHTS, top2_margin
-from tools.tiny_gguf import TinyConfig, write_tiny_gguf
+from tools.tiny_gguf import Q4KM_QWEN35, TinyConfig, write_tiny_gguf
 
 B = 8   # block: x0 + 7 proposals
 
@@ -52,15 +52,9 @@ class RandomDrafter(OracleDrafter):
         return [int(t) for t in self.rng.integers(0, self.n_vocab, B - 1)]
 
 
-# the user's format: Q4_K_M weights, shapes that are multiples of 256 (on CUDA, verify blocks then
-# run on luce's small-batch kernels while plain decoding stays on ggml's)
-Q4KM_QWEN35 = dict(arch="qwen35", n_vocab=256, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
-                   ssm_state=64, ssm_heads=4, ssm_groups=2, weight_type="q4_k_m")
-
-
 def model_for(arch: str, tmp_path) -> Model:
-    if arch == "qwen35-q4km":
-        cfg = TinyConfig(seed=21, **Q4KM_QWEN35)
+    if arch == "qwen35-q4km":   # on CUDA its verify blocks run on luce's small-batch kernels
+        cfg = TinyConfig(**Q4KM_QWEN35, n_vocab=256, seed=21)
     else:
         shape = dict(n_vocab=256, n_layer=4, head_dim=32) if arch == "qwen35" else dict(n_vocab=256, head_dim=32)
         cfg = TinyConfig(arch=arch, seed=21, weight_type=TINY_WEIGHTS, **shape)

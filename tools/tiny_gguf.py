@@ -76,6 +76,10 @@ WEIGHT_TYPES = {
     "q4_k_m": (QT.Q4_K, gguf.LlamaFileType.MOSTLY_Q4_K_M),
 }
 Q6K_IN_Q4KM = ("ffn_down.weight", "attn_v.weight", "attn_qkv.weight", "output.weight")
+# a tiny qwen35 in the user's format: every matmul input 256 or 512 wide (whole K-quant blocks);
+# TinyConfig(**Q4KM_QWEN35, n_vocab=..., seed=...)
+Q4KM_QWEN35 = dict(arch="qwen35", n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+                   ssm_state=64, ssm_heads=4, ssm_groups=2, weight_type="q4_k_m")
 
 
 @dataclass
