@@ -3,7 +3,8 @@
 The weights are random Q4_K / Q6_K blocks (every scale and minimum bit pattern occurs), dequantized
 by the gguf package; the activations are quantized to int8 per 32 values exactly as the kernel
 does (Q4_K's minimums meet the float activations, as in ggml), so only float rounding is left. Shapes cover a partial last row tile, a
-superblock count that does not divide among the block's warps, and every column-tile count.
+superblock count that does not divide among the block's warps or the split kernel's splits, and
+every column-tile count.
 Runs with LUCE_TEST_DEVICE=cuda:N on a luce built with its CUDA kernels.
 """
 from __future__ import annotations
@@ -58,7 +59,7 @@ def device_index() -> int:
     return int(DEVICE.split(":")[1]) if ":" in DEVICE else 0
 
 
-@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5, 6, 7, 8])
 @pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
 @pytest.mark.parametrize("n", [2, 5, 8, 9, 16, 24, 32])
 def test_matches_reference(qtype, n, variant):
@@ -69,6 +70,21 @@ def test_matches_reference(qtype, n, variant):
     y = _core.cuda_small_gemm(device_index(), int(qtype), w.tobytes(), nrows, k, x, variant)
     ref = reference(qtype, w, x)
     assert y.shape == (n, nrows)
+    err = np.abs(y - ref).max() / np.abs(ref).max()
+    assert err < 2e-4, f"max error {err:.2e} of the largest output"
+
+
+@pytest.mark.parametrize("variant", [7, 8])
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
+def test_split_kernel_over_several_tiles(qtype, variant):
+    """The split kernel (7, 8) with three 128-row tiles, the last one partial, each split over K in
+    uneven parts whose partial sums the last block of the tile adds."""
+    rng = np.random.default_rng(7)
+    nrows, k, n = 300, 256 * 23, 16
+    w = random_blocks(rng, qtype, nrows, k)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    y = _core.cuda_small_gemm(device_index(), int(qtype), w.tobytes(), nrows, k, x, variant)
+    ref = reference(qtype, w, x)
     err = np.abs(y - ref).max() / np.abs(ref).max()
     assert err < 2e-4, f"max error {err:.2e} of the largest output"
 

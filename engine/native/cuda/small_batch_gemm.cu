@@ -16,6 +16,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 namespace luce::cuda {
 namespace {
 
@@ -27,8 +29,9 @@ constexpr int kQ4KBytes = 144;    // d, dmin (f16), scales[12], qs[128]
 constexpr int kQ6KBytes = 210;    // ql[128], qh[64], scales[16] (int8), d (f16)
 
 // ---- activations: int8 per 32 values, (d, sum of the floats) per block, columns padded to n_pad --
-// layout in scratch: xq[n_pad][k] int8, then xs[k/32][n_pad] float2
+// layout in scratch (small_batch_gemm.h): counters, xq[n_pad][k] int8, xs[k/32][n_pad] float2, partials
 __host__ __device__ inline size_t xq_bytes(int64_t k, int n_pad) { return size_t(n_pad) * size_t(k); }
+__host__ __device__ inline size_t xs_bytes(int64_t k, int n_pad) { return size_t(k / 32) * size_t(n_pad) * 2 * sizeof(float); }
 
 __global__ void quantize_columns(const float * __restrict__ x, int64_t x_stride, int n, int n_pad, int64_t k,
                                  int8_t * __restrict__ xq, float2 * __restrict__ xs) {
@@ -62,6 +65,13 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], int a0, int a1, int b0) {
                  : "r"(a0), "r"(a1), "r"(b0));
 }
 
+// float(c) for |c| < 2^22, exact like the conversion instruction but on the integer and FP32 pipes:
+// 1.5 * 2^23 + c is representable with c in its low mantissa bits. The int8 dot products of one mma
+// (at most 32 * 15 * 127 for Q4_K, 16 * 32 * 127 for Q6_K) fit. On sm_90 the conversion instruction
+// issues at a quarter of FP32's rate: four per mma would make it the busiest pipe at 16 columns
+// (counted from the instruction mix, not profiled).
+__device__ __forceinline__ float exact_float(int c) { return __int_as_float(c + 0x4B400000) - 12582912.0f; }
+
 __device__ __forceinline__ float f16_bits(uint32_t bits16) { return __half2float(__ushort_as_half(uint16_t(bits16))); }
 __device__ __forceinline__ uint32_t byte_of(const uint32_t * w, int i) { return (w[i / 4] >> (8 * (i % 4))) & 0xffu; }
 
@@ -70,6 +80,26 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t * p) {
     const uint16_t * h = reinterpret_cast<const uint16_t *>(p);
     return uint32_t(h[0]) | (uint32_t(h[1]) << 16);
 }
+
+// ---- where a superblock's quantized activations are read from --------------------------------
+// values(col, sb): the 32 int8 values of sub-block sb of column col; scales(sb): the (d, sum) pairs
+// of sub-block sb for every column.
+struct GlobalActs {        // the quantize kernel's layout in scratch, superblock i
+    const int8_t * xq;
+    const float2 * xs;
+    int64_t k, i;
+    int n_pad;
+    __device__ __forceinline__ const int8_t * values(int col, int sb) const { return xq + int64_t(col) * k + i * kQK + sb * 32; }
+    __device__ __forceinline__ const float2 * scales(int sb) const { return xs + (i * 8 + sb) * n_pad; }
+};
+
+struct StagedActs {        // one superblock staged in shared memory by gemm_split (stage_acts)
+    const int8_t * q;      // [column tile][sub-block][column % 8][32]: a warp's 8 columns of a sub-block are contiguous
+    const float2 * s;      // [sub-block][n_pad]
+    int n_pad;
+    __device__ __forceinline__ const int8_t * values(int col, int sb) const { return q + ((col / 8) * 8 + sb) * 256 + (col % 8) * 32; }
+    __device__ __forceinline__ const float2 * scales(int sb) const { return s + sb * n_pad; }
+};
 
 // ---- shared epilogue: sum the warps' partials in a fixed order and store -------------------------
 // The block's rows start at row0: R tiles of 16, warp w holding tile w % R of K split w / R.
@@ -129,11 +159,8 @@ struct Q4K {
     using Rows = Q4KRows;
     static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q4k(r, a, b, t); }
 
-    template <int NT>
-    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], int64_t i,
-                                                    const int8_t * __restrict__ xq, const float2 * __restrict__ xs,
-                                                    int64_t k, int g, int t) {
-        constexpr int n_pad = 8 * NT;
+    template <int NT, class Acts>
+    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const Acts & x, int g, int t) {
         float d[2], dmin[2];
         uint32_t scp[2][2], mnp[2][2];
 #pragma unroll
@@ -155,18 +182,17 @@ struct Q4K {
                 fs[r] = d[r] * float((scp[r][sb / 4] >> (8 * (sb % 4))) & 0xffu);
                 fm[r] = dmin[r] * float((mnp[r][sb / 4] >> (8 * (sb % 4))) & 0xffu);
             }
-            const int64_t kk = i * kQK + sb * 32 + 8 * t;
-            const float2 * s_blk = xs + (i * 8 + sb) * n_pad + 2 * t;
+            const float2 * s_blk = x.scales(sb) + 2 * t;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
-                const uint2 bx = *reinterpret_cast<const uint2 *>(xq + int64_t(nt * 8 + g) * k + kk);
+                const uint2 bx = *reinterpret_cast<const uint2 *>(x.values(nt * 8 + g, sb) + 8 * t);
                 int c[4] = {0, 0, 0, 0};
                 mma_k32(c, a0, a1, a2, a3, int(bx.x), int(bx.y));
                 const float4 s = *reinterpret_cast<const float4 *>(s_blk + nt * 8);   // (d, sum) of columns 2t, 2t+1
-                acc[nt][0] += fs[0] * s.x * float(c[0]) - fm[0] * s.y;
-                acc[nt][1] += fs[0] * s.z * float(c[1]) - fm[0] * s.w;
-                acc[nt][2] += fs[1] * s.x * float(c[2]) - fm[1] * s.y;
-                acc[nt][3] += fs[1] * s.z * float(c[3]) - fm[1] * s.w;
+                acc[nt][0] += fs[0] * s.x * exact_float(c[0]) - fm[0] * s.y;
+                acc[nt][1] += fs[0] * s.z * exact_float(c[1]) - fm[0] * s.w;
+                acc[nt][2] += fs[1] * s.x * exact_float(c[2]) - fm[1] * s.y;
+                acc[nt][3] += fs[1] * s.z * exact_float(c[3]) - fm[1] * s.w;
             }
         }
     }
@@ -209,11 +235,8 @@ struct Q6K {
     using Rows = Q6KRows;
     static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q6k(r, a, b, t); }
 
-    template <int NT>
-    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], int64_t i,
-                                                    const int8_t * __restrict__ xq, const float2 * __restrict__ xs,
-                                                    int64_t k, int g, int t) {
-        constexpr int n_pad = 8 * NT;
+    template <int NT, class Acts>
+    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const Acts & x, int g, int t) {
 #pragma unroll
         for (int G = 0; G < 16; ++G) {
             const int h = G / 8, m = (G / 2) % 4, lh = G % 2;
@@ -226,18 +249,17 @@ struct Q6K {
                 a[r] = int(__vsub4(lo | hi, 0x20202020u));
                 fs[r] = cur.d[r] * float(int8_t(byte_of(cur.sc[r], G)));
             }
-            const int64_t kk = i * kQK + G * 16 + 4 * t;
-            const float2 * s_blk = xs + (i * 8 + G / 2) * n_pad + 2 * t;
+            const float2 * s_blk = x.scales(G / 2) + 2 * t;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
-                const uint32_t bx = *reinterpret_cast<const uint32_t *>(xq + int64_t(nt * 8 + g) * k + kk);
+                const uint32_t bx = *reinterpret_cast<const uint32_t *>(x.values(nt * 8 + g, G / 2) + (G % 2) * 16 + 4 * t);
                 int c[4] = {0, 0, 0, 0};
                 mma_k16(c, a[0], a[1], int(bx));
                 const float4 s = *reinterpret_cast<const float4 *>(s_blk + nt * 8);
-                acc[nt][0] += fs[0] * s.x * float(c[0]);
-                acc[nt][1] += fs[0] * s.z * float(c[1]);
-                acc[nt][2] += fs[1] * s.x * float(c[2]);
-                acc[nt][3] += fs[1] * s.z * float(c[3]);
+                acc[nt][0] += fs[0] * s.x * exact_float(c[0]);
+                acc[nt][1] += fs[0] * s.z * exact_float(c[1]);
+                acc[nt][2] += fs[1] * s.x * exact_float(c[2]);
+                acc[nt][3] += fs[1] * s.z * exact_float(c[3]);
             }
         }
     }
@@ -269,13 +291,162 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_small(const uint8_t * __r
         } else if (i + step < n_super) {
             Format::load(next, wa + (i + step) * Format::kBytes, wb + (i + step) * Format::kBytes, t);
         }
-        Format::template multiply<NT>(cur, acc, i, xq, xs, k, g, t);
+        Format::template multiply<NT>(cur, acc, GlobalActs{xq, xs, k, i, 8 * NT}, g, t);
         if (PREFETCH) cur = next;
     }
     reduce_and_store<NT, R>(acc, y, y_stride, block_row0, nrows, n);
 }
 
+// ---- split kernel (variants 7 and 8): 128 rows a block, K split over blocks --------------------
+// The kernels above read each activation byte from L2 once per 16 weight rows: at 16 columns that
+// is 2.2 times the bytes of the Q4_K weights themselves, and the 16-column time grew with it. Here
+// a block's 8 warps each own 16 rows of a 128-row tile and walk the same superblocks together, so
+// one copy of the activations in shared memory (staged kStages superblocks ahead with cp.async)
+// serves 128 rows. A 128-row tile alone would leave most SMs idle on the 5120-row matrices, so the
+// superblocks are also split over gridDim.y blocks; those write partial sums, and the last block of
+// a tile to finish (an arrival counter) adds them in split order, so results stay deterministic.
+constexpr int kSplitRows = kWarps * kTileRows;
+constexpr int kStages = 4;
+
+__device__ __forceinline__ void cp_async16(void * smem, const void * gmem) {
+    const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+template <int NT>
+struct ActStage {
+    int8_t q[8 * NT * kQK];   // StagedActs's layout
+    float2 s[8 * 8 * NT];
+};
+
+// Copies superblock i's activations into a stage: 16-byte pieces, consecutive threads reading
+// consecutive bytes of one column.
+template <int NT>
+__device__ __forceinline__ void stage_acts(ActStage<NT> & st, const int8_t * __restrict__ xq, const float2 * __restrict__ xs,
+                                           int64_t k, int64_t i) {
+    constexpr int n_pad = 8 * NT;
+    for (int p = threadIdx.x; p < n_pad * 16; p += kThreads) {
+        const int col = p / 16, sb = (p % 16) / 2, half = p % 2;
+        cp_async16(st.q + ((col / 8) * 8 + sb) * 256 + (col % 8) * 32 + half * 16, xq + int64_t(col) * k + i * kQK + (p % 16) * 16);
+    }
+    constexpr int s_pieces = 8 * n_pad * int(sizeof(float2)) / 16;
+    for (int p = threadIdx.x; p < s_pieces; p += kThreads) {
+        cp_async16(reinterpret_cast<char *>(st.s) + p * 16, reinterpret_cast<const char *>(xs + i * 8 * n_pad) + p * 16);
+    }
+}
+
+template <class Format, int NT>
+__global__ void __launch_bounds__(kThreads, 2) gemm_split(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
+                                                         int64_t n_super, int64_t per_split, const int8_t * __restrict__ xq,
+                                                         const float2 * __restrict__ xs, int64_t k, int n,
+                                                         float * __restrict__ y, int64_t y_stride,
+                                                         float * __restrict__ partial, unsigned * __restrict__ counters) {
+    constexpr int n_pad = 8 * NT;
+    __shared__ __align__(16) ActStage<NT> stages[kStages];
+    __shared__ bool last_arrival;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int split = blockIdx.y, n_splits = gridDim.y;
+    const int64_t i0 = split * per_split, i1 = min(n_super, i0 + per_split);
+    const int64_t tile0 = int64_t(blockIdx.x) * kSplitRows, row0 = tile0 + warp * kTileRows;
+    const uint8_t * wa = w + min(row0 + g, nrows - 1) * row_bytes;       // rows past the end repeat the last
+    const uint8_t * wb = w + min(row0 + g + 8, nrows - 1) * row_bytes;   // one; their sums are not stored
+    float acc[NT][4] = {};
+
+#pragma unroll
+    for (int p = 0; p < kStages - 1; ++p) {   // one commit group per stage, empty past the end
+        if (i0 + p < i1) stage_acts<NT>(stages[p], xq, xs, k, i0 + p);
+        cp_async_commit();
+    }
+    typename Format::Rows cur, next;
+    if (i0 < i1) Format::load(cur, wa + i0 * Format::kBytes, wb + i0 * Format::kBytes, t);
+    for (int64_t i = i0; i < i1; ++i) {
+        const int slot = int((i - i0) % kStages);
+        cp_async_wait<kStages - 2>();   // this superblock's stage has landed (for this thread's copies)
+        __syncthreads();                // ... for everyone's, and every warp is done with stage i - 1
+        if (i + kStages - 1 < i1) stage_acts<NT>(stages[(slot + kStages - 1) % kStages], xq, xs, k, i + kStages - 1);
+        cp_async_commit();
+        if (i + 1 < i1) Format::load(next, wa + (i + 1) * Format::kBytes, wb + (i + 1) * Format::kBytes, t);
+        Format::template multiply<NT>(cur, acc, StagedActs{stages[slot].q, stages[slot].s, n_pad}, g, t);
+        cur = next;
+    }
+
+    // this thread's sums: rows g and g + 8 of the warp's tile, columns nt * 8 + 2t and + 1
+    const int64_t rows_pad = int64_t(gridDim.x) * kSplitRows;
+    float * out = n_splits == 1 ? y : partial + int64_t(split) * n_pad * rows_pad;
+    const int64_t out_stride = n_splits == 1 ? y_stride : rows_pad;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int col = nt * 8 + 2 * t + e % 2;
+            const int64_t row = row0 + g + 8 * (e / 2);
+            if (col < n && (n_splits > 1 || row < nrows)) out[col * out_stride + row] = acc[nt][e];
+        }
+    }
+    if (n_splits == 1) return;
+    __threadfence();   // the partials are visible device-wide before this block counts as arrived
+    __syncthreads();
+    if (threadIdx.x == 0) last_arrival = atomicAdd(&counters[blockIdx.x], 1u) == unsigned(n_splits - 1);
+    __syncthreads();
+    if (!last_arrival) return;
+    __threadfence();
+    for (int idx = threadIdx.x; idx < kSplitRows * n; idx += kThreads) {
+        const int64_t row = tile0 + idx % kSplitRows;
+        const int col = idx / kSplitRows;
+        if (row >= nrows) continue;
+        float sum = 0.0f;
+        for (int sp = 0; sp < n_splits; ++sp) sum += __ldcg(partial + (int64_t(sp) * n_pad + col) * rows_pad + row);
+        y[col * y_stride + row] = sum;
+    }
+    if (threadIdx.x == 0) counters[blockIdx.x] = 0;   // ready for the next call
+}
+
 int n_tiles(int n) { return (n + 7) / 8; }
+
+int sm_count() {   // of the current device, cached per device
+    static int counts[64] = {};
+    int device = 0;
+    cudaGetDevice(&device);
+    if (device < 0 || device >= 64) return 132;
+    if (counts[device] == 0) {
+        int c = 0;
+        cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, device);
+        counts[device] = c > 0 ? c : 132;
+    }
+    return counts[device];
+}
+
+// Splits of K for gemm_split: enough blocks for blocks_per_sm on every SM, each split at least two
+// superblocks, the partials within the scratch's room and the tiles within its counters.
+int64_t k_splits(const SmallGemm & g, int blocks_per_sm) {
+    const int64_t n_super = g.k / kQK, tiles = (g.nrows + kSplitRows - 1) / kSplitRows;
+    const int64_t target = int64_t(blocks_per_sm) * sm_count();
+    if (tiles >= target || tiles > kSmallGemmCounters) return 1;
+    int64_t s = (target + tiles - 1) / tiles;
+    s = std::min(s, n_super / 2);
+    s = std::min(s, kSmallGemmMaxPartialRows / (tiles * kSplitRows));
+    if (s <= 1) return 1;
+    const int64_t per = (n_super + s - 1) / s;
+    return (n_super + per - 1) / per;   // no empty split
+}
+
+template <int NT>
+cudaError_t launch_split(const SmallGemm & g, const int8_t * xq, const float2 * xs, float * partial, unsigned * counters,
+                         int blocks_per_sm, cudaStream_t s) {
+    const int64_t n_super = g.k / kQK, splits = k_splits(g, blocks_per_sm);
+    const int64_t per = (n_super + splits - 1) / splits;
+    const dim3 grid(unsigned((g.nrows + kSplitRows - 1) / kSplitRows), unsigned(splits));
+    const auto * w = static_cast<const uint8_t *>(g.w);
+    if (g.type == 12) {
+        gemm_split<Q4K, NT><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, n_super, per, xq, xs, g.k, g.n, g.y, g.y_stride, partial, counters);
+    } else {
+        gemm_split<Q6K, NT><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, n_super, per, xq, xs, g.k, g.n, g.y, g.y_stride, partial, counters);
+    }
+    return cudaGetLastError();
+}
 
 template <int NT, int MINB, bool PREFETCH, int R = 1>
 cudaError_t launch1(const SmallGemm & g, const int8_t * xq, const float2 * xs, cudaStream_t s) {
@@ -289,16 +460,35 @@ cudaError_t launch1(const SmallGemm & g, const int8_t * xq, const float2 * xs, c
     return cudaGetLastError();
 }
 
-// the register/occupancy trade-offs of small_batch_gemm.h's variants
+// Where small_batch_gemm.h's scratch parts lie for k values and n_pad columns.
+struct ScratchParts {
+    unsigned * counters;
+    int8_t * xq;
+    float2 * xs;
+    float * partial;
+};
+
+ScratchParts scratch_parts(void * scratch, int64_t k, int n_pad) {
+    ScratchParts p;
+    p.counters = static_cast<unsigned *>(scratch);
+    p.xq = reinterpret_cast<int8_t *>(p.counters + kSmallGemmCounters);
+    p.xs = reinterpret_cast<float2 *>(p.xq + xq_bytes(k, n_pad));
+    p.partial = reinterpret_cast<float *>(reinterpret_cast<char *>(p.xs) + xs_bytes(k, n_pad));
+    return p;
+}
+
+// small_batch_gemm.h's variants
 template <int NT>
-cudaError_t launch(const SmallGemm & g, const int8_t * xq, const float2 * xs, cudaStream_t s) {
+cudaError_t launch(const SmallGemm & g, const ScratchParts & p, cudaStream_t s) {
     switch (g.variant) {
-        case 1: return launch1<NT, 1, true>(g, xq, xs, s);
-        case 3: return launch1<NT, 3, false>(g, xq, xs, s);
-        case 4: return launch1<NT, 4, false>(g, xq, xs, s);
-        case 5: return launch1<NT, 2, true, 2>(g, xq, xs, s);
-        case 6: return launch1<NT, 2, true, 4>(g, xq, xs, s);
-        default: return launch1<NT, 2, true>(g, xq, xs, s);
+        case 1: return launch1<NT, 1, true>(g, p.xq, p.xs, s);
+        case 3: return launch1<NT, 3, false>(g, p.xq, p.xs, s);
+        case 4: return launch1<NT, 4, false>(g, p.xq, p.xs, s);
+        case 5: return launch1<NT, 2, true, 2>(g, p.xq, p.xs, s);
+        case 6: return launch1<NT, 2, true, 4>(g, p.xq, p.xs, s);
+        case 7: return launch_split<NT>(g, p.xq, p.xs, p.partial, p.counters, 2, s);
+        case 8: return launch_split<NT>(g, p.xq, p.xs, p.partial, p.counters, 4, s);
+        default: return launch1<NT, 2, true>(g, p.xq, p.xs, s);
     }
 }
 
@@ -311,27 +501,24 @@ bool small_gemm_supports(int ggml_type) { return ggml_type == 12 || ggml_type ==
 int small_gemm_quantize(const SmallGemm & g, void * scratch, void * stream) {
     if (g.n < 1 || g.n > kSmallGemmMaxCols || g.k % kQK != 0) return int(cudaErrorInvalidValue);
     const int n_pad = padded_cols(g);
-    auto * xq = static_cast<int8_t *>(scratch);
-    auto * xs = reinterpret_cast<float2 *>(xq + xq_bytes(g.k, n_pad));
+    const ScratchParts p = scratch_parts(scratch, g.k, n_pad);
     const int64_t pairs = (g.k / 32) * n_pad;
     quantize_columns<<<unsigned((pairs + kWarps - 1) / kWarps), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        g.x, g.x_stride, g.n, n_pad, g.k, xq, xs);
+        g.x, g.x_stride, g.n, n_pad, g.k, p.xq, p.xs);
     return int(cudaGetLastError());
 }
 
-int small_gemm_multiply(const SmallGemm & g, const void * scratch, void * stream) {
+int small_gemm_multiply(const SmallGemm & g, void * scratch, void * stream) {
     if (!small_gemm_supports(g.type) || g.n < 1 || g.n > kSmallGemmMaxCols || g.k % kQK != 0) {
         return int(cudaErrorInvalidValue);
     }
-    const int n_pad = padded_cols(g);
-    const auto * xq = static_cast<const int8_t *>(scratch);
-    const auto * xs = reinterpret_cast<const float2 *>(xq + xq_bytes(g.k, n_pad));
+    const ScratchParts p = scratch_parts(scratch, g.k, padded_cols(g));
     auto s = static_cast<cudaStream_t>(stream);
     switch (n_tiles(g.n)) {
-        case 1: return int(launch<1>(g, xq, xs, s));
-        case 2: return int(launch<2>(g, xq, xs, s));
-        case 3: return int(launch<3>(g, xq, xs, s));
-        default: return int(launch<4>(g, xq, xs, s));
+        case 1: return int(launch<1>(g, p, s));
+        case 2: return int(launch<2>(g, p, s));
+        case 3: return int(launch<3>(g, p, s));
+        default: return int(launch<4>(g, p, s));
     }
 }
 

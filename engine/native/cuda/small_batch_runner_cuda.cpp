@@ -84,7 +84,7 @@ public:
         : backend_(backend), device_(device), to_ours_(to_ours), to_ggml_(to_ggml), stream_(stream) {
         const char * v = std::getenv("LUCE_SMALL_GEMM_VARIANT");
         variant_ = v ? std::atoi(v) : cuda::kSmallGemmDefaultVariant;
-        if (variant_ < 1 || variant_ > 6) variant_ = cuda::kSmallGemmDefaultVariant;
+        if (variant_ < 1 || variant_ > cuda::kSmallGemmMaxVariant) variant_ = cuda::kSmallGemmDefaultVariant;
         const char * c = std::getenv("LUCE_SMALL_BATCH_CHECK");
         check_ = c && std::string(c) == "1";
         const char * f = std::getenv("LUCE_SMALL_BATCH_FUSE");
@@ -159,8 +159,10 @@ public:
             if (scratch_) cudaFree(scratch_);
             scratch_ = nullptr;
             scratch_bytes_ = 0;
-            if (cudaMalloc(&scratch_, need) != cudaSuccess) {
+            if (cudaMalloc(&scratch_, need) != cudaSuccess || cudaMemset(scratch_, 0, need) != cudaSuccess) {   // zero counters
                 cudaGetLastError();
+                if (scratch_) cudaFree(scratch_);
+                scratch_ = nullptr;
                 return false;   // the scheduler computes this graph instead
             }
             scratch_bytes_ = need;
@@ -315,13 +317,13 @@ extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, c
         void *dw = nullptr, *dx = nullptr, *dy = nullptr, *ds = nullptr;
         auto release = [&] { for (void * p : {dw, dx, dy, ds}) if (p) cudaFree(p); };
         bool ok = cudaMalloc(&dw, w_bytes) == cudaSuccess && cudaMalloc(&dx, x_bytes) == cudaSuccess &&
-                  cudaMalloc(&dy, y_bytes) == cudaSuccess && cudaMalloc(&ds, s_bytes) == cudaSuccess &&
+                  cudaMalloc(&dy, y_bytes) == cudaSuccess && cudaMalloc(&ds, s_bytes) == cudaSuccess && cudaMemset(ds, 0, s_bytes) == cudaSuccess &&
                   cudaMemcpy(dw, w, w_bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
                   cudaMemcpy(dx, x, x_bytes, cudaMemcpyHostToDevice) == cudaSuccess;
         if (ok) {
             luce::cuda::SmallGemm g{ggml_type, dw, nrows, k, row_bytes, static_cast<const float *>(dx), k, n,
                                     static_cast<float *>(dy), nrows,
-                                    variant >= 1 && variant <= 6 ? variant : luce::cuda::kSmallGemmDefaultVariant};
+                                    variant >= 1 && variant <= luce::cuda::kSmallGemmMaxVariant ? variant : luce::cuda::kSmallGemmDefaultVariant};
             ok = luce::cuda::small_gemm_quantize(g, ds, nullptr) == 0 && luce::cuda::small_gemm_multiply(g, ds, nullptr) == 0 &&
                  cudaMemcpy(y, dy, y_bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
         }
