@@ -20,7 +20,7 @@ for m in q35-tiny q27; do
   LUCE_SMALL_BATCH_CHECK=1 timeout 300 python3 bench/gpu/small_batch_check.py --model $M/$m.gguf > "$RES/node_check_$m.txt" 2>&1
   log "node check $m: $(grep -c 'small-batch check' "$RES/node_check_$m.txt") nodes, worst $(grep 'small-batch check' "$RES/node_check_$m.txt" | sed 's/.*(\(.*\))$/\1/' | sort -g | tail -1); $(tail -1 "$RES/node_check_$m.txt")"
 done
-timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants ${VARIANTS:-2,6,7,8,7f,8f} > "$RES/check_q27.txt" 2>&1
+timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants ${VARIANTS:-2,7} > "$RES/check_q27.txt" 2>&1
 best=$(sed -n 's/^BEST VARIANT //p' "$RES/check_q27.txt"); export LUCE_SMALL_GEMM_VARIANT=${best%f}
 [ "${best%f}" != "$best" ] && export LUCE_SMALL_BATCH_FUSE=1
 log "check q27: $(tail -1 "$RES/check_q27.txt"), best variant ${best:-none}"
@@ -36,3 +36,6 @@ spec6 spec6_off LUCE_SMALL_BATCH_GEMM=0
 exact_cuda   # with the fastest configuration: the Q4_K_M tests run their verify blocks on our kernels
 timeout 200 python3 bench/gpu/profile_kernels.py --model $M/q27.gguf --verify 16 > "$RES/profile.txt" 2>&1
 log "all done"
+# per-kernel counters of the default and the f16 Q4_K kernel on one FFN-sized matrix (diagnostic)
+ncu --set full -k regex:gemm_ -c 2 python3 bench/gpu/gemm_probe.py 17408 5120 2,7 > "$RES/ncu.txt" 2>&1
+log "ncu: $(grep -E 'gemm_small|Duration' "$RES/ncu.txt" | tr -s ' ' | cut -c1-90 | tr '\n' ' ')"

@@ -28,13 +28,27 @@ constexpr int kTileRows = 16;     // mma M
 constexpr int kQ4KBytes = 144;    // d, dmin (f16), scales[12], qs[128]
 constexpr int kQ6KBytes = 210;    // ql[128], qh[64], scales[16] (int8), d (f16)
 
-// ---- activations: int8 per 32 values, (d, sum of the floats) per block, columns padded to n_pad --
-// layout in scratch (small_batch_gemm.h): counters, xq[n_pad][k] int8, xs[k/32][n_pad] float2, partials
+// ---- activations, quantized once for every matmul that reads them (small_batch_gemm.h's scratch) ----
+// For the int8 kernels: int8 per 32 values and a (d, sum of the floats) pair per 32, columns padded
+// to n_pad: xq[n_pad][k], xs[k/32][n_pad]. For the f16 Q4_K kernel: the values as f16 in the order
+// its mma fragments take them (xh, see HalfCols) and the sum of each 32 as f16 (xsum).
 __host__ __device__ inline size_t xq_bytes(int64_t k, int n_pad) { return size_t(n_pad) * size_t(k); }
 __host__ __device__ inline size_t xs_bytes(int64_t k, int n_pad) { return size_t(k / 32) * size_t(n_pad) * 2 * sizeof(float); }
+__host__ __device__ inline size_t xh_bytes(int64_t k, int n_pad) { return size_t(n_pad) * size_t(k) * sizeof(__half); }
+
+// Where a value of the f16 layout goes: the Q4_K kernel's thread t of a quad holds, per superblock
+// and per word h (0, 1) of its 8 qs bytes [32j + 8t, +8), four values of sub-block 2j (low nibbles)
+// and four of 2j + 1 (high nibbles); see Q4KHalf. Those positions of a column lie in 16 bytes
+// there: [superblock][2j + h][column][t][u = sub-block % 2][4], the 4 in nibble-pair order 0, 2, 1, 3.
+__device__ __forceinline__ int64_t xh_index(int64_t i, int sb, int l, int col, int n_pad) {
+    const int j = sb / 2, u = sb % 2, t = l / 8, h = (l / 4) % 2, e = l % 4;
+    const int slot = (e == 1 ? 2 : e == 2 ? 1 : e);
+    return (((i * 8 + 2 * j + h) * n_pad + col) * 4 + t) * 8 + u * 4 + slot;
+}
 
 __global__ void quantize_columns(const float * __restrict__ x, int64_t x_stride, int n, int n_pad, int64_t k,
-                                 int8_t * __restrict__ xq, float2 * __restrict__ xs) {
+                                 int8_t * __restrict__ xq, float2 * __restrict__ xs, __half * __restrict__ xh,
+                                 __half * __restrict__ xsum) {
     const int64_t pair = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;   // (32-block, column), column fastest
     const int lane = threadIdx.x % 32;
     const int64_t n_blocks = k / 32;
@@ -50,6 +64,11 @@ __global__ void quantize_columns(const float * __restrict__ x, int64_t x_stride,
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     xq[int64_t(col) * k + b * 32 + lane] = int8_t(q);
     if (lane == 0) xs[b * n_pad + col] = make_float2(d, sum);
+    const int64_t i = b / 8;
+    const int sb = int(b % 8);
+    xh[xh_index(i, sb, lane, col, n_pad)] = __float2half_rn(v);
+    // the sums as the f16 kernel's min-term mma takes them: [superblock][column][sub-block]
+    if (lane == 0) xsum[(i * n_pad + col) * 8 + sb] = __float2half_rn(sum);
 }
 
 // ---- tensor-core primitives -------------------------------------------------------------------
@@ -57,6 +76,19 @@ __device__ __forceinline__ void mma_k32(int (&c)[4], int a0, int a1, int a2, int
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// f16 × f16 with f32 accumulation: 16 rows × 8 columns × 16 values, and × 8 values
+__device__ __forceinline__ void mma_f16_k16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_f16_k8(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
 }
 
 __device__ __forceinline__ void mma_k16(int (&c)[4], int a0, int a1, int b0) {
@@ -81,7 +113,17 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t * p) {
     return uint32_t(h[0]) | (uint32_t(h[1]) << 16);
 }
 
-// ---- where a superblock's quantized activations are read from --------------------------------
+// ---- the quantized activations as the kernels get them ------------------------------------------
+struct QuantizedCols {
+    const int8_t * xq;
+    const float2 * xs;
+    const uint4 * xh;      // xh_index's layout, 16 bytes a thread
+    const uint32_t * xsum; // [superblock][column][4]: sums of sub-blocks 2t, 2t + 1 as a half2
+    int64_t k;
+    int n_pad;
+};
+
+// ---- where a superblock's int8 activations are read from ----------------------------------------
 // values(col, sb): the 32 int8 values of sub-block sb of column col; scales(sb): the (d, sum) pairs
 // of sub-block sb for every column.
 struct GlobalActs {        // the quantize kernel's layout in scratch, superblock i
@@ -91,14 +133,6 @@ struct GlobalActs {        // the quantize kernel's layout in scratch, superbloc
     int n_pad;
     __device__ __forceinline__ const int8_t * values(int col, int sb) const { return xq + int64_t(col) * k + i * kQK + sb * 32; }
     __device__ __forceinline__ const float2 * scales(int sb) const { return xs + (i * 8 + sb) * n_pad; }
-};
-
-struct StagedActs {        // one superblock staged in shared memory by gemm_split (stage_acts)
-    const int8_t * q;      // [column tile][sub-block][column % 8][32]: a warp's 8 columns of a sub-block are contiguous
-    const float2 * s;      // [sub-block][n_pad]
-    int n_pad;
-    __device__ __forceinline__ const int8_t * values(int col, int sb) const { return q + ((col / 8) * 8 + sb) * 256 + (col % 8) * 32; }
-    __device__ __forceinline__ const float2 * scales(int sb) const { return s + sb * n_pad; }
 };
 
 // ---- shared epilogue: sum the warps' partials in a fixed order and store -------------------------
@@ -159,8 +193,10 @@ struct Q4K {
     using Rows = Q4KRows;
     static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q4k(r, a, b, t); }
 
-    template <int NT, class Acts>
-    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const Acts & x, int g, int t) {
+    template <int NT>
+    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
+                                                    int g, int t) {
+        const GlobalActs x{cols.xq, cols.xs, cols.k, i, cols.n_pad};
         float d[2], dmin[2];
         uint32_t scp[2][2], mnp[2][2];
 #pragma unroll
@@ -194,6 +230,90 @@ struct Q4K {
                 acc[nt][2] += fs[1] * s.x * exact_float(c[2]) - fm[1] * s.y;
                 acc[nt][3] += fs[1] * s.z * exact_float(c[3]) - fm[1] * s.w;
             }
+        }
+    }
+};
+
+// ---- Q4_K on f16 tensor cores ---------------------------------------------------------------------
+// The int8 kernel above needs a float epilogue per mma (each 32 values have their own activation
+// scale): about 50 instructions per mma at 16 columns, so it ran at a quarter of the weights'
+// bandwidth (bench/RESULTS.md). Here the activations are f16 and the weights enter the mma as the
+// exact integers q * sc (at most 15 * 63, exact in f16), so one mma chain spans a whole superblock
+// in f32 and d applies once per superblock. The minimums' term, dmin * sum over the 8 sub-blocks of
+// m * (sum of the activations), is one more mma (m16n8k8) per superblock. Activations keep 11 bits
+// instead of q8_1's 8, so results sit closer to float than ggml's own kernels.
+__device__ __forceinline__ uint32_t half2_bits(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
+__device__ __forceinline__ __half2 bits_half2(uint32_t b) { return *reinterpret_cast<__half2 *>(&b); }
+
+// Two bytes (the low 16 bits of w, at most 255 each) as an exact half2 (byte 0 low).
+__device__ __forceinline__ __half2 bytes_to_half2(uint32_t w) {
+    const uint32_t biased = (w & 0xffu) | ((w & 0xff00u) << 8) | 0x64006400u;   // 1024 + byte
+    return __hsub2(bits_half2(biased), __float2half2_rn(1024.0f));
+}
+
+struct Q4KHalf {
+    static constexpr int kBytes = kQ4KBytes;
+    using Rows = Q4KRows;
+    static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q4k(r, a, b, t); }
+
+    template <int NT>
+    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
+                                                    int g, int t) {
+        float d[2], dmin[2];
+        uint32_t scp[2][2], mnp[2][2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            d[r] = f16_bits(cur.head[r].x & 0xffffu);
+            dmin[r] = f16_bits(cur.head[r].x >> 16);
+            q4k_unpack(cur.head[r], scp[r], mnp[r]);
+        }
+        float sum[NT][4] = {};
+        const uint4 * xh = cols.xh + (i * 8 * cols.n_pad + g) * 4 + t;   // + ((2j + h) * n_pad + nt * 8) * 4
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            // (sc, sc) of sub-blocks 2j and 2j + 1 for both rows, and (-1024 sc, -1024 sc)
+            __half2 sc[2][2], bias[2][2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const __half2 both = bytes_to_half2(scp[r][j / 2] >> (16 * (j % 2)));
+                sc[r][0] = __low2half2(both);
+                sc[r][1] = __high2half2(both);
+                bias[r][0] = __hmul2(sc[r][0], __float2half2_rn(-1024.0f));
+                bias[r][1] = __hmul2(sc[r][1], __float2half2_rn(-1024.0f));
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const uint32_t w[2] = {h ? cur.qs[0][j].y : cur.qs[0][j].x, h ? cur.qs[1][j].y : cur.qs[1][j].x};
+                uint32_t a[2][4];   // [u][mma register]: rows g, g+8 of nibbles (0, 2), then (1, 3)
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        // (1024 + q) * sc - 1024 * sc in one rounding: q * sc exactly
+                        const uint32_t p02 = ((w[r] >> (4 * u)) & 0x000F000Fu) | 0x64006400u;
+                        const uint32_t p13 = ((w[r] >> (4 * u + 8)) & 0x000F000Fu) | 0x64006400u;
+                        a[u][r] = half2_bits(__hfma2(bits_half2(p02), sc[r][u], bias[r][u]));
+                        a[u][2 + r] = half2_bits(__hfma2(bits_half2(p13), sc[r][u], bias[r][u]));
+                    }
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const uint4 bx = xh[((2 * j + h) * cols.n_pad + nt * 8) * 4];
+                    mma_f16_k16(sum[nt], a[0][0], a[0][1], a[0][2], a[0][3], bx.x, bx.y);
+                    mma_f16_k16(sum[nt], a[1][0], a[1][1], a[1][2], a[1][3], bx.z, bx.w);
+                }
+            }
+        }
+        // minimums: m of sub-blocks 2t, 2t + 1 for rows g and g + 8 (m16n8k8's A) times the sums
+        uint32_t am[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) am[r] = half2_bits(bytes_to_half2(mnp[r][t / 2] >> (16 * (t % 2))));
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_f16_k8(mins, am[0], am[1], cols.xsum[(i * cols.n_pad + nt * 8 + g) * 4 + t]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[nt][e] += d[e / 2] * sum[nt][e] - dmin[e / 2] * mins[e];
         }
     }
 };
@@ -235,8 +355,10 @@ struct Q6K {
     using Rows = Q6KRows;
     static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q6k(r, a, b, t); }
 
-    template <int NT, class Acts>
-    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const Acts & x, int g, int t) {
+    template <int NT>
+    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
+                                                    int g, int t) {
+        const GlobalActs x{cols.xq, cols.xs, cols.k, i, cols.n_pad};
 #pragma unroll
         for (int G = 0; G < 16; ++G) {
             const int h = G / 8, m = (G / 2) % 4, lh = G % 2;
@@ -270,8 +392,7 @@ struct Q6K {
 // one is multiplied; R row tiles per block share their activation loads.
 template <class Format, int NT, int MINB, bool PREFETCH, int R>
 __global__ void __launch_bounds__(kThreads, MINB) gemm_small(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
-                                                        int64_t n_super, const int8_t * __restrict__ xq,
-                                                        const float2 * __restrict__ xs, int64_t k, int n,
+                                                        int64_t n_super, const QuantizedCols cols, int n,
                                                         float * __restrict__ y, int64_t y_stride) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int ks = warp / R;                                              // this warp's K split
@@ -291,117 +412,10 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_small(const uint8_t * __r
         } else if (i + step < n_super) {
             Format::load(next, wa + (i + step) * Format::kBytes, wb + (i + step) * Format::kBytes, t);
         }
-        Format::template multiply<NT>(cur, acc, GlobalActs{xq, xs, k, i, 8 * NT}, g, t);
+        Format::template multiply<NT>(cur, acc, cols, i, g, t);
         if (PREFETCH) cur = next;
     }
     reduce_and_store<NT, R>(acc, y, y_stride, block_row0, nrows, n);
-}
-
-// ---- split kernel (variants 7 and 8): 128 rows a block, K split over blocks --------------------
-// The kernels above read each activation byte from L2 once per 16 weight rows: at 16 columns that
-// is 2.2 times the bytes of the Q4_K weights themselves, and the 16-column time grew with it. Here
-// a block's 8 warps each own 16 rows of a 128-row tile and walk the same superblocks together, so
-// one copy of the activations in shared memory (staged kStages superblocks ahead with cp.async)
-// serves 128 rows. A 128-row tile alone would leave most SMs idle on the 5120-row matrices, so the
-// superblocks are also split over gridDim.y blocks; those write partial sums, and the last block of
-// a tile to finish (an arrival counter) adds them in split order, so results stay deterministic.
-constexpr int kSplitRows = kWarps * kTileRows;
-constexpr int kStages = 4;
-
-__device__ __forceinline__ void cp_async16(void * smem, const void * gmem) {
-    const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
-
-template <int NT>
-struct ActStage {
-    int8_t q[8 * NT * kQK];   // StagedActs's layout
-    float2 s[8 * 8 * NT];
-};
-
-// Copies superblock i's activations into a stage: 16-byte pieces, consecutive threads reading
-// consecutive bytes of one column.
-template <int NT>
-__device__ __forceinline__ void stage_acts(ActStage<NT> & st, const int8_t * __restrict__ xq, const float2 * __restrict__ xs,
-                                           int64_t k, int64_t i) {
-    constexpr int n_pad = 8 * NT;
-    for (int p = threadIdx.x; p < n_pad * 16; p += kThreads) {
-        const int col = p / 16, sb = (p % 16) / 2, half = p % 2;
-        cp_async16(st.q + ((col / 8) * 8 + sb) * 256 + (col % 8) * 32 + half * 16, xq + int64_t(col) * k + i * kQK + (p % 16) * 16);
-    }
-    constexpr int s_pieces = 8 * n_pad * int(sizeof(float2)) / 16;
-    for (int p = threadIdx.x; p < s_pieces; p += kThreads) {
-        cp_async16(reinterpret_cast<char *>(st.s) + p * 16, reinterpret_cast<const char *>(xs + i * 8 * n_pad) + p * 16);
-    }
-}
-
-template <class Format, int NT>
-__global__ void __launch_bounds__(kThreads, 2) gemm_split(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
-                                                         int64_t n_super, int64_t per_split, const int8_t * __restrict__ xq,
-                                                         const float2 * __restrict__ xs, int64_t k, int n,
-                                                         float * __restrict__ y, int64_t y_stride,
-                                                         float * __restrict__ partial, unsigned * __restrict__ counters) {
-    constexpr int n_pad = 8 * NT;
-    __shared__ __align__(16) ActStage<NT> stages[kStages];
-    __shared__ bool last_arrival;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int split = blockIdx.y, n_splits = gridDim.y;
-    const int64_t i0 = split * per_split, i1 = min(n_super, i0 + per_split);
-    const int64_t tile0 = int64_t(blockIdx.x) * kSplitRows, row0 = tile0 + warp * kTileRows;
-    const uint8_t * wa = w + min(row0 + g, nrows - 1) * row_bytes;       // rows past the end repeat the last
-    const uint8_t * wb = w + min(row0 + g + 8, nrows - 1) * row_bytes;   // one; their sums are not stored
-    float acc[NT][4] = {};
-
-#pragma unroll
-    for (int p = 0; p < kStages - 1; ++p) {   // one commit group per stage, empty past the end
-        if (i0 + p < i1) stage_acts<NT>(stages[p], xq, xs, k, i0 + p);
-        cp_async_commit();
-    }
-    typename Format::Rows cur, next;
-    if (i0 < i1) Format::load(cur, wa + i0 * Format::kBytes, wb + i0 * Format::kBytes, t);
-    for (int64_t i = i0; i < i1; ++i) {
-        const int slot = int((i - i0) % kStages);
-        cp_async_wait<kStages - 2>();   // this superblock's stage has landed (for this thread's copies)
-        __syncthreads();                // ... for everyone's, and every warp is done with stage i - 1
-        if (i + kStages - 1 < i1) stage_acts<NT>(stages[(slot + kStages - 1) % kStages], xq, xs, k, i + kStages - 1);
-        cp_async_commit();
-        if (i + 1 < i1) Format::load(next, wa + (i + 1) * Format::kBytes, wb + (i + 1) * Format::kBytes, t);
-        Format::template multiply<NT>(cur, acc, StagedActs{stages[slot].q, stages[slot].s, n_pad}, g, t);
-        cur = next;
-    }
-
-    // this thread's sums: rows g and g + 8 of the warp's tile, columns nt * 8 + 2t and + 1
-    const int64_t rows_pad = int64_t(gridDim.x) * kSplitRows;
-    float * out = n_splits == 1 ? y : partial + int64_t(split) * n_pad * rows_pad;
-    const int64_t out_stride = n_splits == 1 ? y_stride : rows_pad;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int col = nt * 8 + 2 * t + e % 2;
-            const int64_t row = row0 + g + 8 * (e / 2);
-            if (col < n && (n_splits > 1 || row < nrows)) out[col * out_stride + row] = acc[nt][e];
-        }
-    }
-    if (n_splits == 1) return;
-    __threadfence();   // the partials are visible device-wide before this block counts as arrived
-    __syncthreads();
-    if (threadIdx.x == 0) last_arrival = atomicAdd(&counters[blockIdx.x], 1u) == unsigned(n_splits - 1);
-    __syncthreads();
-    if (!last_arrival) return;
-    __threadfence();
-    for (int idx = threadIdx.x; idx < kSplitRows * n; idx += kThreads) {
-        const int64_t row = tile0 + idx % kSplitRows;
-        const int col = idx / kSplitRows;
-        if (row >= nrows) continue;
-        float sum = 0.0f;
-        for (int sp = 0; sp < n_splits; ++sp) sum += __ldcg(partial + (int64_t(sp) * n_pad + col) * rows_pad + row);
-        y[col * y_stride + row] = sum;
-    }
-    if (threadIdx.x == 0) counters[blockIdx.x] = 0;   // ready for the next call
 }
 
 int n_tiles(int n) { return (n + 7) / 8; }
@@ -419,80 +433,62 @@ int sm_count() {   // of the current device, cached per device
     return counts[device];
 }
 
-// Splits of K for gemm_split: enough blocks for blocks_per_sm on every SM, each split at least two
-// superblocks, the partials within the scratch's room and the tiles within its counters.
-int64_t k_splits(const SmallGemm & g, int blocks_per_sm) {
-    const int64_t n_super = g.k / kQK, tiles = (g.nrows + kSplitRows - 1) / kSplitRows;
-    const int64_t target = int64_t(blocks_per_sm) * sm_count();
-    if (tiles >= target || tiles > kSmallGemmCounters) return 1;
-    int64_t s = (target + tiles - 1) / tiles;
-    s = std::min(s, n_super / 2);
-    s = std::min(s, kSmallGemmMaxPartialRows / (tiles * kSplitRows));
-    if (s <= 1) return 1;
-    const int64_t per = (n_super + s - 1) / s;
-    return (n_super + per - 1) / per;   // no empty split
-}
-
-template <int NT>
-cudaError_t launch_split(const SmallGemm & g, const int8_t * xq, const float2 * xs, float * partial, unsigned * counters,
-                         int blocks_per_sm, cudaStream_t s) {
-    const int64_t n_super = g.k / kQK, splits = k_splits(g, blocks_per_sm);
-    const int64_t per = (n_super + splits - 1) / splits;
-    const dim3 grid(unsigned((g.nrows + kSplitRows - 1) / kSplitRows), unsigned(splits));
-    const auto * w = static_cast<const uint8_t *>(g.w);
-    if (g.type == 12) {
-        gemm_split<Q4K, NT><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, n_super, per, xq, xs, g.k, g.n, g.y, g.y_stride, partial, counters);
-    } else {
-        gemm_split<Q6K, NT><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, n_super, per, xq, xs, g.k, g.n, g.y, g.y_stride, partial, counters);
-    }
-    return cudaGetLastError();
-}
-
-template <int NT, int MINB, bool PREFETCH, int R = 1>
-cudaError_t launch1(const SmallGemm & g, const int8_t * xq, const float2 * xs, cudaStream_t s) {
+template <class Format, int NT, int MINB, bool PREFETCH, int R = 1>
+cudaError_t launch1(const SmallGemm & g, const QuantizedCols & cols, cudaStream_t s) {
     const dim3 grid(unsigned((g.nrows + kTileRows * R - 1) / (kTileRows * R)));
-    const auto * w = static_cast<const uint8_t *>(g.w);
-    if (g.type == 12) {
-        gemm_small<Q4K, NT, MINB, PREFETCH, R><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
-    } else {
-        gemm_small<Q6K, NT, MINB, PREFETCH, R><<<grid, kThreads, 0, s>>>(w, g.row_bytes, g.nrows, g.k / kQK, xq, xs, g.k, g.n, g.y, g.y_stride);
-    }
+    gemm_small<Format, NT, MINB, PREFETCH, R><<<grid, kThreads, 0, s>>>(static_cast<const uint8_t *>(g.w), g.row_bytes, g.nrows,
+                                                                       g.k / kQK, cols, g.n, g.y, g.y_stride);
     return cudaGetLastError();
 }
 
-// Where small_batch_gemm.h's scratch parts lie for k values and n_pad columns.
-struct ScratchParts {
-    unsigned * counters;
-    int8_t * xq;
-    float2 * xs;
-    float * partial;
-};
-
-ScratchParts scratch_parts(void * scratch, int64_t k, int n_pad) {
-    ScratchParts p;
-    p.counters = static_cast<unsigned *>(scratch);
-    p.xq = reinterpret_cast<int8_t *>(p.counters + kSmallGemmCounters);
-    p.xs = reinterpret_cast<float2 *>(p.xq + xq_bytes(k, n_pad));
-    p.partial = reinterpret_cast<float *>(reinterpret_cast<char *>(p.xs) + xs_bytes(k, n_pad));
-    return p;
+// The int8 kernel's register/occupancy trade-offs (variants 1..6), for either weight type.
+template <class Format, int NT>
+cudaError_t launch_int8(const SmallGemm & g, const QuantizedCols & cols, cudaStream_t s) {
+    switch (g.variant) {
+        case 1: return launch1<Format, NT, 1, true>(g, cols, s);
+        case 3: return launch1<Format, NT, 3, false>(g, cols, s);
+        case 4: return launch1<Format, NT, 4, false>(g, cols, s);
+        case 5: return launch1<Format, NT, 2, true, 2>(g, cols, s);
+        case 6: return launch1<Format, NT, 2, true, 4>(g, cols, s);
+        default: return launch1<Format, NT, 2, true>(g, cols, s);
+    }
 }
 
-// small_batch_gemm.h's variants
+// Variant 7's f16 Q4_K kernel: as many rows a block (16, 32 or 64, whose warps then read the same
+// activations through L1) as still give every SM two blocks.
 template <int NT>
-cudaError_t launch(const SmallGemm & g, const ScratchParts & p, cudaStream_t s) {
-    switch (g.variant) {
-        case 1: return launch1<NT, 1, true>(g, p.xq, p.xs, s);
-        case 3: return launch1<NT, 3, false>(g, p.xq, p.xs, s);
-        case 4: return launch1<NT, 4, false>(g, p.xq, p.xs, s);
-        case 5: return launch1<NT, 2, true, 2>(g, p.xq, p.xs, s);
-        case 6: return launch1<NT, 2, true, 4>(g, p.xq, p.xs, s);
-        case 7: return launch_split<NT>(g, p.xq, p.xs, p.partial, p.counters, 2, s);
-        case 8: return launch_split<NT>(g, p.xq, p.xs, p.partial, p.counters, 4, s);
-        default: return launch1<NT, 2, true>(g, p.xq, p.xs, s);
+cudaError_t launch_q4k_half(const SmallGemm & g, const QuantizedCols & cols, cudaStream_t s) {
+    const int64_t want = 2 * int64_t(sm_count());
+    if ((g.nrows + 63) / 64 >= want) return launch1<Q4KHalf, NT, 2, true, 4>(g, cols, s);
+    if ((g.nrows + 31) / 32 >= want) return launch1<Q4KHalf, NT, 2, true, 2>(g, cols, s);
+    return launch1<Q4KHalf, NT, 2, true, 1>(g, cols, s);
+}
+
+template <int NT>
+cudaError_t launch(const SmallGemm & g, const QuantizedCols & cols, cudaStream_t s) {
+    if (g.type == 14) {
+        SmallGemm q6 = g;
+        if (q6.variant == 7) q6.variant = 2;   // Q6_K stays on the int8 kernel
+        return launch_int8<Q6K, NT>(q6, cols, s);
     }
+    if (g.variant == 7) return launch_q4k_half<NT>(g, cols, s);
+    return launch_int8<Q4K, NT>(g, cols, s);
 }
 
 int padded_cols(const SmallGemm & g) { return 8 * n_tiles(g.n); }
+
+// Where small_batch_gemm.h's scratch parts lie for k values and n_pad columns.
+QuantizedCols scratch_parts(void * scratch, int64_t k, int n_pad) {
+    auto * base = static_cast<char *>(scratch);
+    QuantizedCols c;
+    c.xq = reinterpret_cast<const int8_t *>(base);
+    c.xs = reinterpret_cast<const float2 *>(base + xq_bytes(k, n_pad));
+    c.xh = reinterpret_cast<const uint4 *>(base + xq_bytes(k, n_pad) + xs_bytes(k, n_pad));
+    c.xsum = reinterpret_cast<const uint32_t *>(base + xq_bytes(k, n_pad) + xs_bytes(k, n_pad) + xh_bytes(k, n_pad));
+    c.k = k;
+    c.n_pad = n_pad;
+    return c;
+}
 
 } // namespace
 
@@ -501,24 +497,25 @@ bool small_gemm_supports(int ggml_type) { return ggml_type == 12 || ggml_type ==
 int small_gemm_quantize(const SmallGemm & g, void * scratch, void * stream) {
     if (g.n < 1 || g.n > kSmallGemmMaxCols || g.k % kQK != 0) return int(cudaErrorInvalidValue);
     const int n_pad = padded_cols(g);
-    const ScratchParts p = scratch_parts(scratch, g.k, n_pad);
+    const QuantizedCols c = scratch_parts(scratch, g.k, n_pad);
     const int64_t pairs = (g.k / 32) * n_pad;
     quantize_columns<<<unsigned((pairs + kWarps - 1) / kWarps), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        g.x, g.x_stride, g.n, n_pad, g.k, p.xq, p.xs);
+        g.x, g.x_stride, g.n, n_pad, g.k, const_cast<int8_t *>(c.xq), const_cast<float2 *>(c.xs),
+        reinterpret_cast<__half *>(const_cast<uint4 *>(c.xh)), reinterpret_cast<__half *>(const_cast<uint32_t *>(c.xsum)));
     return int(cudaGetLastError());
 }
 
-int small_gemm_multiply(const SmallGemm & g, void * scratch, void * stream) {
+int small_gemm_multiply(const SmallGemm & g, const void * scratch, void * stream) {
     if (!small_gemm_supports(g.type) || g.n < 1 || g.n > kSmallGemmMaxCols || g.k % kQK != 0) {
         return int(cudaErrorInvalidValue);
     }
-    const ScratchParts p = scratch_parts(scratch, g.k, padded_cols(g));
+    const QuantizedCols c = scratch_parts(const_cast<void *>(scratch), g.k, padded_cols(g));
     auto s = static_cast<cudaStream_t>(stream);
     switch (n_tiles(g.n)) {
-        case 1: return int(launch<1>(g, p, s));
-        case 2: return int(launch<2>(g, p, s));
-        case 3: return int(launch<3>(g, p, s));
-        default: return int(launch<4>(g, p, s));
+        case 1: return int(launch<1>(g, c, s));
+        case 2: return int(launch<2>(g, c, s));
+        case 3: return int(launch<3>(g, c, s));
+        default: return int(launch<4>(g, c, s));
     }
 }
 

@@ -6,8 +6,10 @@
 // cost 2.2 decode steps. These kernels unpack each weight block once and multiply it with all
 // columns on the tensor cores (int8 mma), so the weights stream at close to copy bandwidth.
 //
-// Numerics follow ggml's: activations are quantized to int8 per 32 values with a float scale (and
-// the scaled sum, for Q4_K's minimums), dot products are exact in int32, block scales apply in float.
+// Numerics of the int8 kernel follow ggml's: activations are quantized to int8 per 32 values with a
+// float scale (and the sum, for Q4_K's minimums), dot products are exact in int32, block scales
+// apply in float. The f16 Q4_K kernel (variant 7) keeps activations and their sums in f16, as ggml's
+// cuBLAS path for larger batches does.
 #pragma once
 
 #include <cstddef>
@@ -17,14 +19,14 @@ namespace luce::cuda {
 
 constexpr int kSmallGemmMaxCols = 32;
 
-// Kernel variants (LUCE_SMALL_GEMM_VARIANT), trade-offs of one kernel: the next superblock
-// prefetched with 1 (1) or 2 (2) blocks per SM, or not prefetched with 3 (3) or 4 (4) blocks per
-// SM; 5 and 6 are 2 with 2 or 4 row tiles per block sharing their activation loads. 7 and 8 are the
-// split kernel: 128 rows a block share activations staged in shared memory, K is split over blocks
-// for 2 (7) or 4 (8) blocks per SM. On the H200 with the 27B-shaped file, 2 was the fastest of 1..4
-// at 16 columns (bench/RESULTS.md); 5..8 are not yet measured.
+// Kernel variants (LUCE_SMALL_GEMM_VARIANT). 1..6 are the int8 kernel's trade-offs: the next
+// superblock prefetched with 1 (1) or 2 (2) blocks per SM, or not prefetched with 3 (3) or 4 (4)
+// blocks per SM; 5 and 6 are 2 with 2 or 4 row tiles per block sharing their activation loads.
+// 7 runs Q4_K on f16 tensor cores (activations in f16, a float epilogue per superblock instead of
+// per mma) and Q6_K as 2. On the H200 with the 27B-shaped file, 2 was the fastest of 1..6 at 16
+// columns (bench/RESULTS.md).
 constexpr int kSmallGemmDefaultVariant = 2;
-constexpr int kSmallGemmMaxVariant = 8;
+constexpr int kSmallGemmMaxVariant = 7;
 
 // Weight types these kernels take (ggml_type values: GGML_TYPE_Q4_K = 12, GGML_TYPE_Q6_K = 14).
 bool small_gemm_supports(int ggml_type);
@@ -42,16 +44,12 @@ struct SmallGemm {
     int variant = kSmallGemmDefaultVariant;
 };
 
-// Device scratch of one call with k values and n columns: the split kernel's arrival counters
-// (kSmallGemmCounters, zero between calls: zero-fill the scratch once after allocating it), the
-// int8 activations and a (scale, sum) float pair per 32 values for n rounded up to a multiple of 8,
-// and room for the split kernel's partial sums (kSmallGemmMaxPartialRows rows of those columns).
-constexpr int kSmallGemmCounters = 1024;
-constexpr int64_t kSmallGemmMaxPartialRows = 65536;
+// Device scratch for the quantized activations of one call with k values and n columns, n rounded
+// up to a multiple of 8: for the int8 kernels int8 values and a (scale, sum) float pair per 32; for
+// the f16 kernel the values and a sum per 32 as f16.
 inline size_t small_gemm_scratch_bytes(int64_t k, int n) {
     const size_t n_pad = size_t(8 * ((n + 7) / 8));
-    return kSmallGemmCounters * sizeof(unsigned) + n_pad * size_t(k) + size_t(k / 32) * n_pad * 2 * sizeof(float) +
-           size_t(kSmallGemmMaxPartialRows) * n_pad * sizeof(float);
+    return n_pad * size_t(k) + size_t(k / 32) * n_pad * 2 * sizeof(float) + n_pad * size_t(k) * 2 + size_t(k / 32) * n_pad * 2;
 }
 
 // Quantizes the activations into `scratch` (a pointer from small_gemm_scratch_bytes's size).
@@ -59,7 +57,7 @@ inline size_t small_gemm_scratch_bytes(int64_t k, int n) {
 // stream: a cudaStream_t. Returns 0, or a CUDA error code.
 int small_gemm_quantize(const SmallGemm & g, void * scratch, void * stream);
 // y = W x from activations already quantized by small_gemm_quantize (same x, k and n).
-int small_gemm_multiply(const SmallGemm & g, void * scratch, void * stream);
+int small_gemm_multiply(const SmallGemm & g, const void * scratch, void * stream);
 
 // Smallest compute capability the kernels run on (int8 mma.sync m16n8k32 needs sm_80).
 constexpr int kSmallGemmMinCC = 80;
