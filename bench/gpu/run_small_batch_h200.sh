@@ -35,7 +35,7 @@ spec6 spec6
 spec6 spec6_off LUCE_SMALL_BATCH_GEMM=0
 exact_cuda   # with the fastest configuration: the Q4_K_M tests run their verify blocks on our kernels
 timeout 200 python3 bench/gpu/profile_kernels.py --model $M/q27.gguf --verify 16 > "$RES/profile.txt" 2>&1
-log "all done"
 # per-kernel counters of the default and the f16 Q4_K kernel on one FFN-sized matrix (diagnostic)
 ncu --set full -k regex:gemm_ -c 2 python3 bench/gpu/gemm_probe.py 17408 5120 2,7 > "$RES/ncu.txt" 2>&1
 log "ncu: $(grep -E 'gemm_small|Duration' "$RES/ncu.txt" | tr -s ' ' | cut -c1-90 | tr '\n' ' ')"
+log "all done"
