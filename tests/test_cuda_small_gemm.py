@@ -2,8 +2,8 @@
 
 The weights are random Q4_K / Q6_K blocks (every scale and minimum bit pattern occurs), dequantized
 by the gguf package; the activations are quantized to int8 per 32 values exactly as the kernel
-does (Q4_K's minimums meet the float activations, as in ggml; variant 7's f16 Q4_K kernel: f16
-activations and sums), so only float rounding is left. Shapes cover a partial last row tile, a
+does (Q4_K's minimums meet the float activations, as in ggml; variants 7..9's f16 Q4_K kernel:
+those in f16, and f16 sums), so only float rounding is left. Shapes cover a partial last row tile, a
 superblock count that does not divide among the block's warps, and every column-tile count.
 Runs with LUCE_TEST_DEVICE=cuda:N on a luce built with its CUDA kernels.
 """
@@ -46,8 +46,8 @@ def quantized_activations(x: np.ndarray) -> np.ndarray:
 def reference(qtype: QT, w: np.ndarray, x: np.ndarray, half: bool = False) -> np.ndarray:
     """y [n, nrows] as the kernel computes it, in float64. The int8 kernels: the weights' quantized
     values meet the int8 activations; Q4_K's minimum term (dmin * m per 32 values) meets the float
-    x, as in ggml. The f16 Q4_K kernel (half): they meet x rounded to f16, the minimums the sums of
-    each 32 values of x rounded to f16."""
+    x, as in ggml. The f16 Q4_K kernel (half): they meet the int8 activations times their scale
+    rounded to f16, the minimums the sums of each 32 values of x rounded to f16."""
     weights = quants.dequantize(w, qtype).astype(np.float64)
     if qtype == QT.Q6_K:
         return quantized_activations(x) @ weights.T
@@ -55,7 +55,7 @@ def reference(qtype: QT, w: np.ndarray, x: np.ndarray, half: bool = False) -> np
     no_values[..., 16:] = 0                      # q = 0 leaves -dmin * m
     minimums = quants.dequantize(no_values.reshape(w.shape), qtype).astype(np.float64)
     if half:
-        x16 = x.astype(np.float16).astype(np.float64)
+        x16 = quantized_activations(x).astype(np.float16).astype(np.float64)
         sums16 = x.reshape(x.shape[0], -1, 32).sum(axis=-1, dtype=np.float32).astype(np.float16).astype(np.float64)
         return x16 @ (weights - minimums).T + sums16 @ minimums[:, ::32].T
     return quantized_activations(x) @ (weights - minimums).T + x.astype(np.float64) @ minimums.T
@@ -65,7 +65,7 @@ def device_index() -> int:
     return int(DEVICE.split(":")[1]) if ":" in DEVICE else 0
 
 
-@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5, 6, 7])
+@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5, 6, 7, 8, 9])
 @pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
 @pytest.mark.parametrize("n", [2, 5, 8, 9, 16, 24, 32])
 def test_matches_reference(qtype, n, variant):
@@ -74,7 +74,7 @@ def test_matches_reference(qtype, n, variant):
     w = random_blocks(rng, qtype, nrows, k)
     x = rng.standard_normal((n, k)).astype(np.float32)
     y = _core.cuda_small_gemm(device_index(), int(qtype), w.tobytes(), nrows, k, x, variant)
-    ref = reference(qtype, w, x, half=variant == 7)
+    ref = reference(qtype, w, x, half=variant >= 7)
     assert y.shape == (n, nrows)
     err = np.abs(y - ref).max() / np.abs(ref).max()
     assert err < 2e-4, f"max error {err:.2e} of the largest output"

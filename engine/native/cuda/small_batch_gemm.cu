@@ -66,7 +66,9 @@ __global__ void quantize_columns(const float * __restrict__ x, int64_t x_stride,
     if (lane == 0) xs[b * n_pad + col] = make_float2(d, sum);
     const int64_t i = b / 8;
     const int sb = int(b % 8);
-    xh[xh_index(i, sb, lane, col, n_pad)] = __float2half_rn(v);
+    // ggml's q8_1 value q * d (not v itself): the f16 kernel then rounds like ggml's int8 kernels
+    // (up to f16's 11 bits, finer than q8_1's step), so verify stays close to single-token decoding
+    xh[xh_index(i, sb, lane, col, n_pad)] = __float2half_rn(float(q) * d);
     // the sums as the f16 kernel's min-term mma takes them: [superblock][column][sub-block]
     if (lane == 0) xsum[(i * n_pad + col) * 8 + sb] = __float2half_rn(sum);
 }
@@ -240,8 +242,8 @@ struct Q4K {
 // bandwidth (bench/RESULTS.md). Here the activations are f16 and the weights enter the mma as the
 // exact integers q * sc (at most 15 * 63, exact in f16), so one mma chain spans a whole superblock
 // in f32 and d applies once per superblock. The minimums' term, dmin * sum over the 8 sub-blocks of
-// m * (sum of the activations), is one more mma (m16n8k8) per superblock. Activations keep 11 bits
-// instead of q8_1's 8, so results sit closer to float than ggml's own kernels.
+// m * (sum of the activations), is one more mma (m16n8k8) per superblock. The activations are
+// q8_1's (int8 times scale, in f16), the sums f16 as in ggml's q8_1 blocks.
 __device__ __forceinline__ uint32_t half2_bits(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
 __device__ __forceinline__ __half2 bits_half2(uint32_t b) { return *reinterpret_cast<__half2 *>(&b); }
 
@@ -454,24 +456,42 @@ cudaError_t launch_int8(const SmallGemm & g, const QuantizedCols & cols, cudaStr
     }
 }
 
-// Variant 7's f16 Q4_K kernel: as many rows a block (16, 32 or 64, whose warps then read the same
-// activations through L1) as still give every SM two blocks.
+// Rows a block for the f16 Q4_K kernel: 16, 32 or 64 (R = 1, 2, 4 tiles, whose warps then read the
+// same activations through L1). Variant 7: the most rows that still give every SM two blocks.
+// Variant 8: the fewest idle block slots in the last wave (blocks of equal work run in waves of
+// 2 per SM). Variant 9: always 16.
+int q4k_half_tiles(const SmallGemm & g) {
+    const int64_t slots = 2 * int64_t(sm_count());
+    auto blocks = [&](int r) { return (g.nrows + 16 * r - 1) / (16 * r); };
+    if (g.variant == 9) return 1;
+    if (g.variant == 7) return blocks(4) >= slots ? 4 : blocks(2) >= slots ? 2 : 1;
+    int best = 1;
+    double best_use = 0.0;
+    for (int r : {4, 2, 1}) {   // ties keep the taller block
+        const int64_t b = blocks(r);
+        const double use = double(b) / double(slots * ((b + slots - 1) / slots));
+        if (use > best_use + 1e-9) best = r, best_use = use;
+    }
+    return best;
+}
+
 template <int NT>
 cudaError_t launch_q4k_half(const SmallGemm & g, const QuantizedCols & cols, cudaStream_t s) {
-    const int64_t want = 2 * int64_t(sm_count());
-    if ((g.nrows + 63) / 64 >= want) return launch1<Q4KHalf, NT, 2, true, 4>(g, cols, s);
-    if ((g.nrows + 31) / 32 >= want) return launch1<Q4KHalf, NT, 2, true, 2>(g, cols, s);
-    return launch1<Q4KHalf, NT, 2, true, 1>(g, cols, s);
+    switch (q4k_half_tiles(g)) {
+        case 4: return launch1<Q4KHalf, NT, 2, true, 4>(g, cols, s);
+        case 2: return launch1<Q4KHalf, NT, 2, true, 2>(g, cols, s);
+        default: return launch1<Q4KHalf, NT, 2, true, 1>(g, cols, s);
+    }
 }
 
 template <int NT>
 cudaError_t launch(const SmallGemm & g, const QuantizedCols & cols, cudaStream_t s) {
     if (g.type == 14) {
         SmallGemm q6 = g;
-        if (q6.variant == 7) q6.variant = 2;   // Q6_K stays on the int8 kernel
+        if (q6.variant >= 7) q6.variant = 2;   // Q6_K stays on the int8 kernel
         return launch_int8<Q6K, NT>(q6, cols, s);
     }
-    if (g.variant == 7) return launch_q4k_half<NT>(g, cols, s);
+    if (g.variant >= 7) return launch_q4k_half<NT>(g, cols, s);
     return launch_int8<Q4K, NT>(g, cols, s);
 }
 

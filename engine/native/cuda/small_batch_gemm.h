@@ -8,8 +8,8 @@
 //
 // Numerics of the int8 kernel follow ggml's: activations are quantized to int8 per 32 values with a
 // float scale (and the sum, for Q4_K's minimums), dot products are exact in int32, block scales
-// apply in float. The f16 Q4_K kernel (variant 7) keeps activations and their sums in f16, as ggml's
-// cuBLAS path for larger batches does.
+// apply in float. The f16 Q4_K kernel (variants 7..9) takes the same int8 activations times their
+// scale, and their sums, in f16.
 #pragma once
 
 #include <cstddef>
@@ -22,11 +22,12 @@ constexpr int kSmallGemmMaxCols = 32;
 // Kernel variants (LUCE_SMALL_GEMM_VARIANT). 1..6 are the int8 kernel's trade-offs: the next
 // superblock prefetched with 1 (1) or 2 (2) blocks per SM, or not prefetched with 3 (3) or 4 (4)
 // blocks per SM; 5 and 6 are 2 with 2 or 4 row tiles per block sharing their activation loads.
-// 7 runs Q4_K on f16 tensor cores (activations in f16, a float epilogue per superblock instead of
-// per mma) and Q6_K as 2. On the H200 with the 27B-shaped file, 2 was the fastest of 1..6 at 16
-// columns (bench/RESULTS.md).
+// 7, 8 and 9 run Q4_K on f16 tensor cores (q8_1's activations in f16, a float epilogue per
+// superblock instead of per mma) and Q6_K as 2; they differ in the rows a block (see
+// q4k_half_tiles). On the H200 with the 27B-shaped file, 2 was the fastest of 1..6 at 16 columns
+// and 7 faster than 2 (bench/RESULTS.md).
 constexpr int kSmallGemmDefaultVariant = 2;
-constexpr int kSmallGemmMaxVariant = 7;
+constexpr int kSmallGemmMaxVariant = 9;
 
 // Weight types these kernels take (ggml_type values: GGML_TYPE_Q4_K = 12, GGML_TYPE_Q6_K = 14).
 bool small_gemm_supports(int ggml_type);

@@ -45,6 +45,8 @@ bool GraphPieces::build(ggml_cgraph * gf, const std::vector<std::pair<int, int>>
             for (int s = 0; s < GGML_MAX_SRC; ++s) {
                 if (node->src[s] && !inside.count(node->src[s])) outside.insert(node->src[s]);
             }
+            // a view's source gets a proxy too, and need not be among its srcs (a view of a view)
+            if (node->view_src && !inside.count(node->view_src)) outside.insert(node->view_src);
         }
         n_proxies[r] = outside.size();
         const size_t n = size_t(ranges[r].second - ranges[r].first) + outside.size();
