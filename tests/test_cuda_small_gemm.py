@@ -2,7 +2,7 @@
 
 The weights are random Q4_K / Q6_K blocks (every scale and minimum bit pattern occurs), dequantized
 by the gguf package; the activations are quantized to int8 per 32 values exactly as the kernel
-does (Q4_K's minimums meet the float activations, as in ggml; variants 7..9's f16 Q4_K kernel:
+does (Q4_K's minimums meet the float activations, as in ggml; variants 7..10's f16 Q4_K kernel:
 those in f16, and f16 sums), so only float rounding is left. Shapes cover a partial last row tile, a
 superblock count that does not divide among the block's warps, and every column-tile count.
 Runs with LUCE_TEST_DEVICE=cuda:N on a luce built with its CUDA kernels.
@@ -21,6 +21,7 @@ from luce_engine import _core
 DEVICE = os.environ.get("LUCE_TEST_DEVICE", "")
 pytestmark = pytest.mark.skipif(not DEVICE.startswith("cuda"), reason="needs LUCE_TEST_DEVICE=cuda:N")
 BLOCK_BYTES = {QT.Q4_K: 144, QT.Q6_K: 210}
+HALF_VARIANTS = (7, 8, 9, 10)   # Q4_K on the f16 kernel (small_batch_gemm.h)
 
 
 def random_blocks(rng: np.random.Generator, qtype: QT, nrows: int, k: int) -> np.ndarray:
@@ -65,7 +66,7 @@ def device_index() -> int:
     return int(DEVICE.split(":")[1]) if ":" in DEVICE else 0
 
 
-@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5, 6, 7, 8, 9])
+@pytest.mark.parametrize("variant", list(range(1, 12)))
 @pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
 @pytest.mark.parametrize("n", [2, 5, 8, 9, 16, 24, 32])
 def test_matches_reference(qtype, n, variant):
@@ -74,7 +75,7 @@ def test_matches_reference(qtype, n, variant):
     w = random_blocks(rng, qtype, nrows, k)
     x = rng.standard_normal((n, k)).astype(np.float32)
     y = _core.cuda_small_gemm(device_index(), int(qtype), w.tobytes(), nrows, k, x, variant)
-    ref = reference(qtype, w, x, half=variant >= 7)
+    ref = reference(qtype, w, x, half=variant in HALF_VARIANTS)
     assert y.shape == (n, nrows)
     err = np.abs(y - ref).max() / np.abs(ref).max()
     assert err < 2e-4, f"max error {err:.2e} of the largest output"
@@ -90,6 +91,21 @@ def test_half_kernel_wider_blocks(nrows):
     x = rng.standard_normal((n, k)).astype(np.float32)
     y = _core.cuda_small_gemm(device_index(), int(QT.Q4_K), w.tobytes(), nrows, k, x, 7)
     ref = reference(QT.Q4_K, w, x, half=True)
+    err = np.abs(y - ref).max() / np.abs(ref).max()
+    assert err < 2e-4, f"max error {err:.2e} of the largest output"
+
+
+@pytest.mark.parametrize("variant", [10, 11])
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
+def test_balanced_kernel_shares(qtype, variant):
+    """The balanced kernel on a matrix of 532 tiles whose warps' shares straddle tiles: the partial
+    sums of a tile's warps add up in the last one to finish."""
+    rng = np.random.default_rng(11)
+    nrows, k, n = 8500, 256 * 3, 16
+    w = random_blocks(rng, qtype, nrows, k)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    y = _core.cuda_small_gemm(device_index(), int(qtype), w.tobytes(), nrows, k, x, variant)
+    ref = reference(qtype, w, x, half=variant in HALF_VARIANTS)
     err = np.abs(y - ref).max() / np.abs(ref).max()
     assert err < 2e-4, f"max error {err:.2e} of the largest output"
 

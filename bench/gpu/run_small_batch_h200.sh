@@ -20,7 +20,7 @@ for m in q35-tiny q27; do
   LUCE_SMALL_BATCH_CHECK=1 timeout 300 python3 bench/gpu/small_batch_check.py --model $M/$m.gguf > "$RES/node_check_$m.txt" 2>&1
   log "node check $m: $(grep -c 'small-batch check' "$RES/node_check_$m.txt") nodes, worst $(grep 'small-batch check' "$RES/node_check_$m.txt" | sed 's/.*(\(.*\))$/\1/' | sort -g | tail -1); $(tail -1 "$RES/node_check_$m.txt")"
 done
-timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants ${VARIANTS:-2,7,8,9} > "$RES/check_q27.txt" 2>&1
+timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants ${VARIANTS:-2,9,10,11} > "$RES/check_q27.txt" 2>&1
 best=$(sed -n 's/^BEST VARIANT //p' "$RES/check_q27.txt"); export LUCE_SMALL_GEMM_VARIANT=$best
 log "check q27: $(tail -1 "$RES/check_q27.txt"), best variant ${best:-none}"
 # ggml's fusion inside the pieces (LUCE_SMALL_BATCH_FUSE=1), in a process of its own
@@ -42,6 +42,7 @@ if [ -z "${QUICK:-}" ]; then   # QUICK=1: issue 3's measurements only
   spec6 spec6_off LUCE_SMALL_BATCH_GEMM=0
 fi
 exact_cuda   # with the fastest configuration: the Q4_K_M tests run their verify blocks on our kernels
+[ "${best:-2}" != 2 ] && ( export LUCE_SMALL_GEMM_VARIANT=2 LUCE_SMALL_BATCH_FUSE=0; exact_cuda exact_cuda_v2 )   # and with the default
 timeout 200 python3 bench/gpu/profile_kernels.py --model $M/q27.gguf --verify 16 > "$RES/profile.txt" 2>&1
 # per-kernel counters of the default and the f16 Q4_K kernel on one FFN-sized matrix (diagnostic)
 [ -z "${QUICK:-}" ] && ncu --set full -k regex:gemm_ -c 2 python3 bench/gpu/gemm_probe.py 17408 5120 2,7 > "$RES/ncu.txt" 2>&1

@@ -420,6 +420,87 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_small(const uint8_t * __r
     reduce_and_store<NT, R>(acc, y, y_stride, block_row0, nrows, n);
 }
 
+// ---- balanced kernel (variants 10, 11): every warp the same share of the work ---------------------
+// gemm_small gives a block 16..64 rows and all of K, so a matrix is a few waves of equal blocks: on
+// an H200 (264 block slots) the 17408-row FFN matrices take 4.12 waves of 16-row blocks (the fifth
+// nearly empty) and the 5120-row ones 1.21; and 8 warps splitting 20 superblocks leave half of them
+// idle for the last round. Here the matrix's (16-row tile, superblock) units are cut into one equal
+// contiguous range per warp, for as many warps as the GPU holds at once (stream-K, at warp grain).
+// A tile that straddles warps gets a partial sum from each; the last of them to finish (an arrival
+// counter per tile) adds them in warp order, so results are deterministic.
+struct StreamSplit {
+    int64_t units, workers, n_super;
+    __host__ __device__ int64_t start(int64_t w) const { return w * units / workers; }
+    __host__ __device__ int64_t worker_of(int64_t unit) const {   // the w with start(w) <= unit < start(w + 1)
+        int64_t w = unit * workers / units;
+        while (w + 1 < workers && start(w + 1) <= unit) ++w;
+        while (w > 0 && start(w) > unit) --w;
+        return w;
+    }
+    // the partial-sum slot of worker w for a tile it shares: 0 for the tile its range starts in, else 1
+    __host__ __device__ int slot(int64_t w, int64_t tile) const { return start(w) / n_super == tile ? 0 : 1; }
+};
+
+template <class Format, int NT>
+__global__ void __launch_bounds__(kThreads, 2) gemm_stream(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
+                                                          const StreamSplit split, const QuantizedCols cols, int n,
+                                                          float * __restrict__ y, int64_t y_stride,
+                                                          float * __restrict__ partial, unsigned * __restrict__ counters) {
+    constexpr int n_pad = 8 * NT;
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int64_t worker = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+    if (worker >= split.workers) return;
+    const int64_t n_super = split.n_super, u_end = split.start(worker + 1);
+    for (int64_t u = split.start(worker); u < u_end;) {
+        const int64_t tile = u / n_super, i0 = u % n_super, i1 = min(n_super, i0 + (u_end - u));
+        const int64_t row0 = tile * kTileRows;
+        const uint8_t * wa = w + min(row0 + g, nrows - 1) * row_bytes;       // rows past the end repeat the last
+        const uint8_t * wb = w + min(row0 + g + 8, nrows - 1) * row_bytes;   // one; their sums are not stored
+        float acc[NT][4] = {};
+        typename Format::Rows cur, next;
+        Format::load(cur, wa + i0 * Format::kBytes, wb + i0 * Format::kBytes, t);
+        for (int64_t i = i0; i < i1; ++i) {
+            if (i + 1 < i1) Format::load(next, wa + (i + 1) * Format::kBytes, wb + (i + 1) * Format::kBytes, t);
+            Format::template multiply<NT>(cur, acc, cols, i, g, t);
+            cur = next;
+        }
+        const bool whole = i0 == 0 && i1 == n_super;
+        float * out = whole ? y : partial + (worker * 2 + (u == split.start(worker) ? 0 : 1)) * kTileRows * n_pad;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = nt * 8 + 2 * t + e % 2, r = g + 8 * (e / 2);
+                if (whole) {
+                    if (col < n && row0 + r < nrows) out[col * y_stride + row0 + r] = acc[nt][e];
+                } else {
+                    out[r * n_pad + col] = acc[nt][e];
+                }
+            }
+        }
+        u += i1 - i0;
+        if (whole) continue;
+        const int64_t first = split.worker_of(tile * n_super), last = split.worker_of((tile + 1) * n_super - 1);
+        __threadfence();   // this warp's partial is visible device-wide before it counts as arrived
+        __syncwarp();
+        unsigned arrived = 0;
+        if (lane == 0) arrived = atomicAdd(&counters[tile], 1u);
+        arrived = __shfl_sync(0xffffffffu, arrived, 0);
+        if (arrived != unsigned(last - first)) continue;
+        __threadfence();
+        for (int idx = lane; idx < kTileRows * n; idx += 32) {
+            const int r = idx % kTileRows, col = idx / kTileRows;
+            if (row0 + r >= nrows) continue;
+            float sum = 0.0f;
+            for (int64_t c = first; c <= last; ++c) {
+                sum += __ldcg(partial + (c * 2 + split.slot(c, tile)) * kTileRows * n_pad + r * n_pad + col);
+            }
+            y[col * y_stride + row0 + r] = sum;
+        }
+        if (lane == 0) counters[tile] = 0;   // ready for the next call
+    }
+}
+
 int n_tiles(int n) { return (n + 7) / 8; }
 
 int sm_count() {   // of the current device, cached per device
@@ -484,30 +565,69 @@ cudaError_t launch_q4k_half(const SmallGemm & g, const QuantizedCols & cols, cud
     }
 }
 
+// The balanced kernel's split: one range per warp of the blocks every SM holds at once (2 of 8
+// warps), at least kMinStreamUnits superblocks each, within the scratch's room.
+constexpr int64_t kMinStreamUnits = 4;
+
+StreamSplit stream_split(const SmallGemm & g) {
+    const int64_t n_super = g.k / kQK, tiles = (g.nrows + kTileRows - 1) / kTileRows, units = tiles * n_super;
+    int64_t workers = std::min<int64_t>(2 * kWarps * int64_t(sm_count()), kSmallGemmStreamWorkers);
+    workers = std::max<int64_t>(1, std::min(workers, units / kMinStreamUnits));
+    return StreamSplit{units, workers, n_super};
+}
+
+template <class Format, int NT>
+cudaError_t launch_stream(const SmallGemm & g, const QuantizedCols & cols, float * partial, unsigned * counters, cudaStream_t s) {
+    const StreamSplit split = stream_split(g);
+    const unsigned blocks = unsigned((split.workers + kWarps - 1) / kWarps);
+    gemm_stream<Format, NT><<<blocks, kThreads, 0, s>>>(static_cast<const uint8_t *>(g.w), g.row_bytes, g.nrows, split, cols,
+                                                         g.n, g.y, g.y_stride, partial, counters);
+    return cudaGetLastError();
+}
+
 template <int NT>
-cudaError_t launch(const SmallGemm & g, const QuantizedCols & cols, cudaStream_t s) {
+cudaError_t launch(const SmallGemm & g, const QuantizedCols & cols, float * partial, unsigned * counters, cudaStream_t s) {
+    const bool stream = (g.variant == 10 || g.variant == 11) && (g.nrows + kTileRows - 1) / kTileRows <= kSmallGemmStreamTiles;
     if (g.type == 14) {
+        if (stream) return launch_stream<Q6K, NT>(g, cols, partial, counters, s);
         SmallGemm q6 = g;
         if (q6.variant >= 7) q6.variant = 2;   // Q6_K stays on the int8 kernel
         return launch_int8<Q6K, NT>(q6, cols, s);
     }
-    if (g.variant >= 7) return launch_q4k_half<NT>(g, cols, s);
-    return launch_int8<Q4K, NT>(g, cols, s);
+    if (stream) {
+        return g.variant == 10 ? launch_stream<Q4KHalf, NT>(g, cols, partial, counters, s)
+                               : launch_stream<Q4K, NT>(g, cols, partial, counters, s);
+    }
+    if (g.variant >= 7 && g.variant <= 10) return launch_q4k_half<NT>(g, cols, s);
+    SmallGemm q4 = g;
+    if (q4.variant >= 7) q4.variant = 2;
+    return launch_int8<Q4K, NT>(q4, cols, s);
 }
 
 int padded_cols(const SmallGemm & g) { return 8 * n_tiles(g.n); }
 
 // Where small_batch_gemm.h's scratch parts lie for k values and n_pad columns.
-QuantizedCols scratch_parts(void * scratch, int64_t k, int n_pad) {
+struct ScratchParts {
+    QuantizedCols cols;
+    unsigned * counters;
+    float * partial;
+};
+
+ScratchParts scratch_parts(void * scratch, int64_t k, int n_pad) {
     auto * base = static_cast<char *>(scratch);
-    QuantizedCols c;
+    ScratchParts p;
+    p.counters = reinterpret_cast<unsigned *>(base);
+    base += kSmallGemmStreamTiles * sizeof(unsigned);
+    p.partial = reinterpret_cast<float *>(base);
+    base += size_t(kSmallGemmStreamWorkers) * 2 * kTileRows * size_t(n_pad) * sizeof(float);
+    QuantizedCols & c = p.cols;
     c.xq = reinterpret_cast<const int8_t *>(base);
     c.xs = reinterpret_cast<const float2 *>(base + xq_bytes(k, n_pad));
     c.xh = reinterpret_cast<const uint4 *>(base + xq_bytes(k, n_pad) + xs_bytes(k, n_pad));
     c.xsum = reinterpret_cast<const uint32_t *>(base + xq_bytes(k, n_pad) + xs_bytes(k, n_pad) + xh_bytes(k, n_pad));
     c.k = k;
     c.n_pad = n_pad;
-    return c;
+    return p;
 }
 
 } // namespace
@@ -517,7 +637,7 @@ bool small_gemm_supports(int ggml_type) { return ggml_type == 12 || ggml_type ==
 int small_gemm_quantize(const SmallGemm & g, void * scratch, void * stream) {
     if (g.n < 1 || g.n > kSmallGemmMaxCols || g.k % kQK != 0) return int(cudaErrorInvalidValue);
     const int n_pad = padded_cols(g);
-    const QuantizedCols c = scratch_parts(scratch, g.k, n_pad);
+    const QuantizedCols c = scratch_parts(scratch, g.k, n_pad).cols;
     const int64_t pairs = (g.k / 32) * n_pad;
     quantize_columns<<<unsigned((pairs + kWarps - 1) / kWarps), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
         g.x, g.x_stride, g.n, n_pad, g.k, const_cast<int8_t *>(c.xq), const_cast<float2 *>(c.xs),
@@ -525,17 +645,17 @@ int small_gemm_quantize(const SmallGemm & g, void * scratch, void * stream) {
     return int(cudaGetLastError());
 }
 
-int small_gemm_multiply(const SmallGemm & g, const void * scratch, void * stream) {
+int small_gemm_multiply(const SmallGemm & g, void * scratch, void * stream) {
     if (!small_gemm_supports(g.type) || g.n < 1 || g.n > kSmallGemmMaxCols || g.k % kQK != 0) {
         return int(cudaErrorInvalidValue);
     }
-    const QuantizedCols c = scratch_parts(const_cast<void *>(scratch), g.k, padded_cols(g));
+    const ScratchParts p = scratch_parts(scratch, g.k, padded_cols(g));
     auto s = static_cast<cudaStream_t>(stream);
     switch (n_tiles(g.n)) {
-        case 1: return int(launch<1>(g, c, s));
-        case 2: return int(launch<2>(g, c, s));
-        case 3: return int(launch<3>(g, c, s));
-        default: return int(launch<4>(g, c, s));
+        case 1: return int(launch<1>(g, p.cols, p.partial, p.counters, s));
+        case 2: return int(launch<2>(g, p.cols, p.partial, p.counters, s));
+        case 3: return int(launch<3>(g, p.cols, p.partial, p.counters, s));
+        default: return int(launch<4>(g, p.cols, p.partial, p.counters, s));
     }
 }
 

@@ -24,10 +24,12 @@ constexpr int kSmallGemmMaxCols = 32;
 // blocks per SM; 5 and 6 are 2 with 2 or 4 row tiles per block sharing their activation loads.
 // 7, 8 and 9 run Q4_K on f16 tensor cores (q8_1's activations in f16, a float epilogue per
 // superblock instead of per mma) and Q6_K as 2; they differ in the rows a block (see
-// q4k_half_tiles). On the H200 with the 27B-shaped file, 2 was the fastest of 1..6 at 16 columns
-// and 7 faster than 2 (bench/RESULTS.md).
+// q4k_half_tiles). 10 and 11 cut each matrix into equal shares per warp (gemm_stream): 10 with
+// the f16 Q4_K kernel, 11 with the int8 one. On the H200 with the 27B-shaped file, 2 was the
+// fastest of 1..6 at 16 columns and 9 the fastest of 7..9 (bench/RESULTS.md); 10 and 11 are not
+// yet measured.
 constexpr int kSmallGemmDefaultVariant = 2;
-constexpr int kSmallGemmMaxVariant = 9;
+constexpr int kSmallGemmMaxVariant = 11;
 
 // Weight types these kernels take (ggml_type values: GGML_TYPE_Q4_K = 12, GGML_TYPE_Q6_K = 14).
 bool small_gemm_supports(int ggml_type);
@@ -45,12 +47,18 @@ struct SmallGemm {
     int variant = kSmallGemmDefaultVariant;
 };
 
-// Device scratch for the quantized activations of one call with k values and n columns, n rounded
-// up to a multiple of 8: for the int8 kernels int8 values and a (scale, sum) float pair per 32; for
-// the f16 kernel the values and a sum per 32 as f16.
+// Device scratch of one call with k values and n columns (n rounded up to a multiple of 8): the
+// balanced kernel's arrival counters, one per 16-row tile (zero between calls: zero-fill the scratch
+// once after allocating it) and its partial sums (two 16-row tiles per warp); the quantized
+// activations: for the int8 kernels int8 values and a (scale, sum) float pair per 32, for the f16
+// kernel the values and a sum per 32 as f16. Matrices of more tiles than kSmallGemmStreamTiles
+// take the unbalanced kernels.
+constexpr int64_t kSmallGemmStreamTiles = 32768;
+constexpr int64_t kSmallGemmStreamWorkers = 4096;
 inline size_t small_gemm_scratch_bytes(int64_t k, int n) {
     const size_t n_pad = size_t(8 * ((n + 7) / 8));
-    return n_pad * size_t(k) + size_t(k / 32) * n_pad * 2 * sizeof(float) + n_pad * size_t(k) * 2 + size_t(k / 32) * n_pad * 2;
+    return size_t(kSmallGemmStreamTiles) * sizeof(unsigned) + size_t(kSmallGemmStreamWorkers) * 2 * 16 * n_pad * sizeof(float) +
+           n_pad * size_t(k) + size_t(k / 32) * n_pad * 2 * sizeof(float) + n_pad * size_t(k) * 2 + size_t(k / 32) * n_pad * 2;
 }
 
 // Quantizes the activations into `scratch` (a pointer from small_gemm_scratch_bytes's size).
@@ -58,7 +66,7 @@ inline size_t small_gemm_scratch_bytes(int64_t k, int n) {
 // stream: a cudaStream_t. Returns 0, or a CUDA error code.
 int small_gemm_quantize(const SmallGemm & g, void * scratch, void * stream);
 // y = W x from activations already quantized by small_gemm_quantize (same x, k and n).
-int small_gemm_multiply(const SmallGemm & g, const void * scratch, void * stream);
+int small_gemm_multiply(const SmallGemm & g, void * scratch, void * stream);
 
 // Smallest compute capability the kernels run on (int8 mma.sync m16n8k32 needs sm_80).
 constexpr int kSmallGemmMinCC = 80;

@@ -159,8 +159,10 @@ public:
             if (scratch_) cudaFree(scratch_);
             scratch_ = nullptr;
             scratch_bytes_ = 0;
-            if (cudaMalloc(&scratch_, need) != cudaSuccess) {
+            if (cudaMalloc(&scratch_, need) != cudaSuccess || cudaMemset(scratch_, 0, need) != cudaSuccess) {   // zero counters
                 cudaGetLastError();
+                if (scratch_) cudaFree(scratch_);
+                scratch_ = nullptr;
                 return false;   // the scheduler computes this graph instead
             }
             scratch_bytes_ = need;
@@ -315,7 +317,7 @@ extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, c
         void *dw = nullptr, *dx = nullptr, *dy = nullptr, *ds = nullptr;
         auto release = [&] { for (void * p : {dw, dx, dy, ds}) if (p) cudaFree(p); };
         bool ok = cudaMalloc(&dw, w_bytes) == cudaSuccess && cudaMalloc(&dx, x_bytes) == cudaSuccess &&
-                  cudaMalloc(&dy, y_bytes) == cudaSuccess && cudaMalloc(&ds, s_bytes) == cudaSuccess &&
+                  cudaMalloc(&dy, y_bytes) == cudaSuccess && cudaMalloc(&ds, s_bytes) == cudaSuccess && cudaMemset(ds, 0, s_bytes) == cudaSuccess &&
                   cudaMemcpy(dw, w, w_bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
                   cudaMemcpy(dx, x, x_bytes, cudaMemcpyHostToDevice) == cudaSuccess;
         if (ok) {
