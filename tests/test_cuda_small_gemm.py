@@ -2,7 +2,7 @@
 
 The weights are random Q4_K / Q6_K blocks (every scale and minimum bit pattern occurs), dequantized
 by the gguf package; the activations are quantized to int8 per 32 values exactly as the kernel
-does (Q4_K's minimums meet the float activations, as in ggml; variants 7..10's f16 Q4_K kernel:
+does (Q4_K's minimums meet the float activations, as in ggml; the f16 kernels:
 those in f16, and f16 sums), so only float rounding is left. Shapes cover a partial last row tile, a
 superblock count that does not divide among the block's warps, and every column-tile count.
 Runs with LUCE_TEST_DEVICE=cuda:N on a luce built with its CUDA kernels.
@@ -21,7 +21,7 @@ from luce_engine import _core
 DEVICE = os.environ.get("LUCE_TEST_DEVICE", "")
 pytestmark = pytest.mark.skipif(not DEVICE.startswith("cuda"), reason="needs LUCE_TEST_DEVICE=cuda:N")
 BLOCK_BYTES = {QT.Q4_K: 144, QT.Q6_K: 210}
-HALF_VARIANTS = (7, 8, 9, 10)   # Q4_K on the f16 kernel (small_batch_gemm.h)
+HALF_VARIANTS = {QT.Q4_K: (7, 8, 9, 10, 12), QT.Q6_K: (10, 12)}   # on the f16 kernels (small_batch_gemm.h)
 
 
 def random_blocks(rng: np.random.Generator, qtype: QT, nrows: int, k: int) -> np.ndarray:
@@ -47,11 +47,12 @@ def quantized_activations(x: np.ndarray) -> np.ndarray:
 def reference(qtype: QT, w: np.ndarray, x: np.ndarray, half: bool = False) -> np.ndarray:
     """y [n, nrows] as the kernel computes it, in float64. The int8 kernels: the weights' quantized
     values meet the int8 activations; Q4_K's minimum term (dmin * m per 32 values) meets the float
-    x, as in ggml. The f16 Q4_K kernel (half): they meet the int8 activations times their scale
-    rounded to f16, the minimums the sums of each 32 values of x rounded to f16."""
+    x, as in ggml. The f16 kernels (half): they meet the int8 activations times their scale rounded
+    to f16; Q4_K's minimums meet the sums of each 32 values of x rounded to f16."""
     weights = quants.dequantize(w, qtype).astype(np.float64)
     if qtype == QT.Q6_K:
-        return quantized_activations(x) @ weights.T
+        xq = quantized_activations(x)
+        return (xq.astype(np.float16).astype(np.float64) if half else xq) @ weights.T
     no_values = w.reshape(w.shape[0], -1, BLOCK_BYTES[qtype]).copy()
     no_values[..., 16:] = 0                      # q = 0 leaves -dmin * m
     minimums = quants.dequantize(no_values.reshape(w.shape), qtype).astype(np.float64)
@@ -66,7 +67,7 @@ def device_index() -> int:
     return int(DEVICE.split(":")[1]) if ":" in DEVICE else 0
 
 
-@pytest.mark.parametrize("variant", list(range(1, 12)))
+@pytest.mark.parametrize("variant", list(range(1, 13)))
 @pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
 @pytest.mark.parametrize("n", [2, 5, 8, 9, 16, 24, 32])
 def test_matches_reference(qtype, n, variant):
@@ -75,7 +76,7 @@ def test_matches_reference(qtype, n, variant):
     w = random_blocks(rng, qtype, nrows, k)
     x = rng.standard_normal((n, k)).astype(np.float32)
     y = _core.cuda_small_gemm(device_index(), int(qtype), w.tobytes(), nrows, k, x, variant)
-    ref = reference(qtype, w, x, half=variant in HALF_VARIANTS)
+    ref = reference(qtype, w, x, half=variant in HALF_VARIANTS[qtype])
     assert y.shape == (n, nrows)
     err = np.abs(y - ref).max() / np.abs(ref).max()
     assert err < 2e-4, f"max error {err:.2e} of the largest output"
@@ -105,7 +106,7 @@ def test_balanced_kernel_shares(qtype, variant):
     w = random_blocks(rng, qtype, nrows, k)
     x = rng.standard_normal((n, k)).astype(np.float32)
     y = _core.cuda_small_gemm(device_index(), int(qtype), w.tobytes(), nrows, k, x, variant)
-    ref = reference(qtype, w, x, half=variant in HALF_VARIANTS)
+    ref = reference(qtype, w, x, half=variant in HALF_VARIANTS[qtype])
     err = np.abs(y - ref).max() / np.abs(ref).max()
     assert err < 2e-4, f"max error {err:.2e} of the largest output"
 

@@ -20,7 +20,7 @@ for m in q35-tiny q27; do
   LUCE_SMALL_BATCH_CHECK=1 timeout 300 python3 bench/gpu/small_batch_check.py --model $M/$m.gguf > "$RES/node_check_$m.txt" 2>&1
   log "node check $m: $(grep -c 'small-batch check' "$RES/node_check_$m.txt") nodes, worst $(grep 'small-batch check' "$RES/node_check_$m.txt" | sed 's/.*(\(.*\))$/\1/' | sort -g | tail -1); $(tail -1 "$RES/node_check_$m.txt")"
 done
-timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants ${VARIANTS:-2,9,10,11} > "$RES/check_q27.txt" 2>&1
+timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants ${VARIANTS:-2,9,10,11,12} > "$RES/check_q27.txt" 2>&1
 best=$(sed -n 's/^BEST VARIANT //p' "$RES/check_q27.txt"); export LUCE_SMALL_GEMM_VARIANT=$best
 log "check q27: $(tail -1 "$RES/check_q27.txt"), best variant ${best:-none}"
 # ggml's fusion inside the pieces (LUCE_SMALL_BATCH_FUSE=1), in a process of its own

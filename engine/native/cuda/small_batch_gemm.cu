@@ -389,6 +389,49 @@ struct Q6K {
     }
 };
 
+// Q6_K on f16 tensor cores: q - 32 as exact f16, one m16n8k16 mma per 16-value group against the
+// f16 activations of Q4KHalf's layout (a Q6_K thread's 4 values of a group sit in 8 bytes of it),
+// d * sc applied to the group's sum in f32. q * sc can exceed f16's exact integers, so the scale
+// stays outside the mma; the gain over Q6K is the int8 path's per-mma scale and conversion work.
+struct Q6KHalf {
+    static constexpr int kBytes = kQ6KBytes;
+    using Rows = Q6KRows;
+    static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q6k(r, a, b, t); }
+
+    template <int NT>
+    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
+                                                    int g, int t) {
+        const uint2 * xh = reinterpret_cast<const uint2 *>(cols.xh);
+        const __half2 offset = __float2half2_rn(1056.0f);   // the 1024 of the bit trick + Q6_K's 32
+#pragma unroll
+        for (int G = 0; G < 16; ++G) {
+            const int h = G / 8, m = (G / 2) % 4, lh = G % 2;
+            uint32_t a[4];
+            float ds[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const uint32_t lo = (cur.ql[r][h * 4 + (m % 2) * 2 + lh] >> (4 * (m / 2))) & 0x0F0F0F0Fu;
+                const uint32_t hi = ((cur.qh[r][h * 2 + lh] >> (2 * m)) & 0x03030303u) << 4;
+                const uint32_t v = lo | hi;   // bytes e = 0..3: values 16G + 4t + e
+                a[r] = half2_bits(__hsub2(bits_half2((v & 0x00FF00FFu) | 0x64006400u), offset));             // e = 0, 2
+                a[2 + r] = half2_bits(__hsub2(bits_half2(((v >> 8) & 0x00FF00FFu) | 0x64006400u), offset));  // e = 1, 3
+                ds[r] = cur.d[r] * float(int8_t(byte_of(cur.sc[r], G)));
+            }
+            // where values 16G + 4t + e lie in xh_index's layout: sub-block pair 2h + m/2, word t % 2,
+            // quad thread 2lh + t/2, half m % 2
+            const int64_t base = ((i * 8 + 2 * (2 * h + m / 2) + t % 2) * cols.n_pad + g) * 4 + 2 * lh + t / 2;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const uint2 bx = xh[(base + nt * 8 * 4) * 2 + m % 2];
+                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                mma_f16_k16(c, a[0], a[1], a[2], a[3], bx.x, bx.y);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[nt][e] += ds[e / 2] * c[e];
+            }
+        }
+    }
+};
+
 // The kernel, for either format. Variants (small_batch_gemm.h) trade registers for occupancy: MINB
 // blocks per SM (a register cap), and whether the next superblock's weights are loaded while this
 // one is multiplied; R row tiles per block share their activation loads.
@@ -540,11 +583,11 @@ cudaError_t launch_int8(const SmallGemm & g, const QuantizedCols & cols, cudaStr
 // Rows a block for the f16 Q4_K kernel: 16, 32 or 64 (R = 1, 2, 4 tiles, whose warps then read the
 // same activations through L1). Variant 7: the most rows that still give every SM two blocks.
 // Variant 8: the fewest idle block slots in the last wave (blocks of equal work run in waves of
-// 2 per SM). Variant 9: always 16.
+// 2 per SM). Variants 9 and 12: always 16.
 int q4k_half_tiles(const SmallGemm & g) {
     const int64_t slots = 2 * int64_t(sm_count());
     auto blocks = [&](int r) { return (g.nrows + 16 * r - 1) / (16 * r); };
-    if (g.variant == 9) return 1;
+    if (g.variant == 9 || g.variant == 12) return 1;
     if (g.variant == 7) return blocks(4) >= slots ? 4 : blocks(2) >= slots ? 2 : 1;
     int best = 1;
     double best_use = 0.0;
@@ -589,16 +632,20 @@ template <int NT>
 cudaError_t launch(const SmallGemm & g, const QuantizedCols & cols, float * partial, unsigned * counters, cudaStream_t s) {
     const bool stream = (g.variant == 10 || g.variant == 11) && (g.nrows + kTileRows - 1) / kTileRows <= kSmallGemmStreamTiles;
     if (g.type == 14) {
-        if (stream) return launch_stream<Q6K, NT>(g, cols, partial, counters, s);
+        if (stream) {
+            return g.variant == 10 ? launch_stream<Q6KHalf, NT>(g, cols, partial, counters, s)
+                                   : launch_stream<Q6K, NT>(g, cols, partial, counters, s);
+        }
+        if (g.variant == 10 || g.variant == 12) return launch1<Q6KHalf, NT, 2, true>(g, cols, s);
         SmallGemm q6 = g;
-        if (q6.variant >= 7) q6.variant = 2;   // Q6_K stays on the int8 kernel
+        if (q6.variant >= 7) q6.variant = 2;   // the int8 kernel
         return launch_int8<Q6K, NT>(q6, cols, s);
     }
     if (stream) {
         return g.variant == 10 ? launch_stream<Q4KHalf, NT>(g, cols, partial, counters, s)
                                : launch_stream<Q4K, NT>(g, cols, partial, counters, s);
     }
-    if (g.variant >= 7 && g.variant <= 10) return launch_q4k_half<NT>(g, cols, s);
+    if (g.variant >= 7 && g.variant != 11) return launch_q4k_half<NT>(g, cols, s);
     SmallGemm q4 = g;
     if (q4.variant >= 7) q4.variant = 2;
     return launch_int8<Q4K, NT>(q4, cols, s);

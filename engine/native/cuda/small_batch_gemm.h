@@ -25,11 +25,11 @@ constexpr int kSmallGemmMaxCols = 32;
 // 7, 8 and 9 run Q4_K on f16 tensor cores (q8_1's activations in f16, a float epilogue per
 // superblock instead of per mma) and Q6_K as 2; they differ in the rows a block (see
 // q4k_half_tiles). 10 and 11 cut each matrix into equal shares per warp (gemm_stream): 10 with
-// the f16 Q4_K kernel, 11 with the int8 one. On the H200 with the 27B-shaped file, 2 was the
-// fastest of 1..6 at 16 columns and 9 the fastest of 7..9 (bench/RESULTS.md); 10 and 11 are not
-// yet measured.
+// the f16 kernels for both weight types, 11 with the int8 ones. 12 is 9 with Q6_K on f16 too. On
+// the H200 with the 27B-shaped file, 2 was the fastest of 1..6 at 16 columns and 9 the fastest of
+// 7..9 (bench/RESULTS.md); 10..12 are not yet measured.
 constexpr int kSmallGemmDefaultVariant = 2;
-constexpr int kSmallGemmMaxVariant = 11;
+constexpr int kSmallGemmMaxVariant = 12;
 
 // Weight types these kernels take (ggml_type values: GGML_TYPE_Q4_K = 12, GGML_TYPE_Q6_K = 14).
 bool small_gemm_supports(int ggml_type);
