@@ -156,12 +156,15 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify)
     // a verify graph leaves the recurrent state untouched, so a failure needs no replay
     const bool replay_on_failure = m_.hp.hybrid() && !replaying_ && !shape.verify;
     logits_.invalidate();   // the logits tensor is rewritten (or freed) below: unread rows are lost
-    if (!graph_ || !(graph_->shape == shape)) {
+    // Only verifications run on the small-batch kernels: that is where their speed compounds, while
+    // a short prompt stays on ggml's kernels and fills the cache exactly as llama.cpp would.
+    const bool piecewise = verify && small_batch_ && small_batch_->wants(n);
+    if (!graph_ || !(graph_->shape == shape) || graph_wants_pieces_ != piecewise) {
         graph_.reset();
         graph_piecewise_ = false;
         graph_ = build_graph(m_, kv_, shape);
         ggml_backend_sched_reset(sched_);
-        const bool piecewise = small_batch_ && small_batch_->wants(n);
+        graph_wants_pieces_ = piecewise;
         if (piecewise) {
             for (ggml_tensor * t : {graph_->tokens, graph_->pos, graph_->kv_idx, graph_->cap_idx, graph_->mask}) {
                 small_batch_->place_input(sched_, t);

@@ -1,4 +1,4 @@
-// small_batch_runner.h — runs a graph of a few tokens (a draft verify, a short prefill) on a CUDA
+// small_batch_runner.h — runs a graph of a few tokens (a draft's verification) on a CUDA
 // device with its quantized matmuls on luce's small-batch GEMM (cuda/small_batch_gemm.h) and every
 // other node on ggml's CUDA backend.
 //
