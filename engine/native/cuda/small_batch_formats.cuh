@@ -131,11 +131,26 @@ __device__ __forceinline__ void q4k_unpack(const uint4 & head, uint32_t (&sc)[2]
     mn[1] = ((head.w >> 4) & 0x0f0f0f0fu) | ((head.z >> 2) & 0x30303030u);
 }
 
-// Q4_K as a format of gemm_small below: one thread's rows of one superblock and their product.
-struct Q4K {
+// d, dmin and the unpacked scales and minimums of both rows of a thread's Q4_K superblock.
+__device__ __forceinline__ void q4k_scales(const Q4KRows & cur, float (&d)[2], float (&dmin)[2], uint32_t (&sc)[2][2],
+                                           uint32_t (&mn)[2][2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        d[r] = f16_bits(cur.head[r].x & 0xffffu);
+        dmin[r] = f16_bits(cur.head[r].x >> 16);
+        q4k_unpack(cur.head[r], sc[r], mn[r]);
+    }
+}
+
+// What every Q4_K format of the kernels shares: the block size and how a thread loads its part.
+struct Q4KBlocks {
     static constexpr int kBytes = kQ4KBytes;
     using Rows = Q4KRows;
     static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q4k(r, a, b, t); }
+};
+
+// Q4_K on int8 mma, a format of the kernels: one thread's rows of one superblock and their product.
+struct Q4K : Q4KBlocks {
 
     template <int NT>
     static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
@@ -143,12 +158,7 @@ struct Q4K {
         const GlobalActs x{cols.xq, cols.xs, cols.k, i, cols.n_pad};
         float d[2], dmin[2];
         uint32_t scp[2][2], mnp[2][2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            d[r] = f16_bits(cur.head[r].x & 0xffffu);
-            dmin[r] = f16_bits(cur.head[r].x >> 16);
-            q4k_unpack(cur.head[r], scp[r], mnp[r]);
-        }
+        q4k_scales(cur, d, dmin, scp, mnp);
 #pragma unroll
         for (int sb = 0; sb < 8; ++sb) {
             const int j = sb / 2, shift = 4 * (sb % 2);
@@ -195,22 +205,14 @@ __device__ __forceinline__ __half2 bytes_to_half2(uint32_t w) {
     return __hsub2(bits_half2(biased), __float2half2_rn(1024.0f));
 }
 
-struct Q4KHalf {
-    static constexpr int kBytes = kQ4KBytes;
-    using Rows = Q4KRows;
-    static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q4k(r, a, b, t); }
+struct Q4KHalf : Q4KBlocks {
 
     template <int NT>
     static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
                                                     int g, int t) {
         float d[2], dmin[2];
         uint32_t scp[2][2], mnp[2][2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            d[r] = f16_bits(cur.head[r].x & 0xffffu);
-            dmin[r] = f16_bits(cur.head[r].x >> 16);
-            q4k_unpack(cur.head[r], scp[r], mnp[r]);
-        }
+        q4k_scales(cur, d, dmin, scp, mnp);
         float sum[NT][4] = {};
         const uint4 * xh = cols.xh + (i * 8 * cols.n_pad + g) * 4 + t;   // + ((2j + h) * n_pad + nt * 8) * 4
 #pragma unroll
@@ -293,11 +295,24 @@ __device__ __forceinline__ void load_q6k(Q6KRows & r, const uint8_t * a, const u
     }
 }
 
-// Q6_K as a format of gemm_small below.
-struct Q6K {
+// The 4 six-bit values (0..63, one a byte) of 16-value group G that row r of a thread holds:
+// values 16G + 4t + e, e = 0..3.
+__device__ __forceinline__ uint32_t q6k_values(const Q6KRows & cur, int r, int G) {
+    const int h = G / 8, m = (G / 2) % 4, lh = G % 2;
+    const uint32_t lo = (cur.ql[r][h * 4 + (m % 2) * 2 + lh] >> (4 * (m / 2))) & 0x0F0F0F0Fu;
+    const uint32_t hi = ((cur.qh[r][h * 2 + lh] >> (2 * m)) & 0x03030303u) << 4;
+    return lo | hi;
+}
+
+// What every Q6_K format of the kernels shares: the block size and how a thread loads its part.
+struct Q6KBlocks {
     static constexpr int kBytes = kQ6KBytes;
     using Rows = Q6KRows;
     static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q6k(r, a, b, t); }
+};
+
+// Q6_K on int8 mma, a format of the kernels.
+struct Q6K : Q6KBlocks {
 
     template <int NT>
     static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
@@ -305,14 +320,11 @@ struct Q6K {
         const GlobalActs x{cols.xq, cols.xs, cols.k, i, cols.n_pad};
 #pragma unroll
         for (int G = 0; G < 16; ++G) {
-            const int h = G / 8, m = (G / 2) % 4, lh = G % 2;
             int a[2];
             float fs[2];
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const uint32_t lo = (cur.ql[r][h * 4 + (m % 2) * 2 + lh] >> (4 * (m / 2))) & 0x0F0F0F0Fu;
-                const uint32_t hi = ((cur.qh[r][h * 2 + lh] >> (2 * m)) & 0x03030303u) << 4;
-                a[r] = int(__vsub4(lo | hi, 0x20202020u));
+                a[r] = int(__vsub4(q6k_values(cur, r, G), 0x20202020u));
                 fs[r] = cur.d[r] * float(int8_t(byte_of(cur.sc[r], G)));
             }
             const float2 * s_blk = x.scales(G / 2) + 2 * t;
@@ -335,10 +347,7 @@ struct Q6K {
 // f16 activations of Q4KHalf's layout (a Q6_K thread's 4 values of a group sit in 8 bytes of it),
 // d * sc applied to the group's sum in f32. q * sc can exceed f16's exact integers, so the scale
 // stays outside the mma; the gain over Q6K is the int8 path's per-mma scale and conversion work.
-struct Q6KHalf {
-    static constexpr int kBytes = kQ6KBytes;
-    using Rows = Q6KRows;
-    static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q6k(r, a, b, t); }
+struct Q6KHalf : Q6KBlocks {
 
     template <int NT>
     static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
@@ -352,9 +361,7 @@ struct Q6KHalf {
             float ds[2];
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const uint32_t lo = (cur.ql[r][h * 4 + (m % 2) * 2 + lh] >> (4 * (m / 2))) & 0x0F0F0F0Fu;
-                const uint32_t hi = ((cur.qh[r][h * 2 + lh] >> (2 * m)) & 0x03030303u) << 4;
-                const uint32_t v = lo | hi;   // bytes e = 0..3: values 16G + 4t + e
+                const uint32_t v = q6k_values(cur, r, G);   // bytes e = 0..3: values 16G + 4t + e
                 a[r] = half2_bits(__hsub2(bits_half2((v & 0x00FF00FFu) | 0x64006400u), offset));             // e = 0, 2
                 a[2 + r] = half2_bits(__hsub2(bits_half2(((v >> 8) & 0x00FF00FFu) | 0x64006400u), offset));  // e = 1, 3
                 ds[r] = cur.d[r] * float(int8_t(byte_of(cur.sc[r], G)));

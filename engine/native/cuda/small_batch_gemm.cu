@@ -25,8 +25,9 @@ namespace {
 constexpr int kWarps = 8;         // warps per block, splitting one row tile's superblocks
 constexpr int kThreads = 32 * kWarps;
 
-// One warp per (32 values, column): q8_1's int8 values and (d, sum), and for the f16 formats q * d
-// as f16 in xh_index's order and the sum as f16.
+// One warp per (32 values, column): for the int8 formats (INT8) q8_1's int8 values and (d, sum),
+// for the f16 formats (HALF) q * d as f16 in xh_index's order and the sum as f16.
+template <bool INT8, bool HALF>
 __global__ void quantize_columns(const float * __restrict__ x, int64_t x_stride, int n, int n_pad, int64_t k,
                                  int8_t * __restrict__ xq, float2 * __restrict__ xs, __half * __restrict__ xh,
                                  __half * __restrict__ xsum) {
@@ -43,8 +44,11 @@ __global__ void quantize_columns(const float * __restrict__ x, int64_t x_stride,
     const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
     float sum = v;   // of the float values, as ggml's q8_1: Q4_K's minimum term then has no rounding
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    xq[int64_t(col) * k + b * 32 + lane] = int8_t(q);
-    if (lane == 0) xs[b * n_pad + col] = make_float2(d, sum);
+    if (INT8) {
+        xq[int64_t(col) * k + b * 32 + lane] = int8_t(q);
+        if (lane == 0) xs[b * n_pad + col] = make_float2(d, sum);
+    }
+    if (!HALF) return;
     const int64_t i = b / 8;
     const int sb = int(b % 8);
     // ggml's q8_1 value q * d (not v itself): the f16 kernel then rounds like ggml's int8 kernels
@@ -216,7 +220,8 @@ cudaError_t launch1(const SmallGemm & g, const QuantizedCols & cols, cudaStream_
     return cudaGetLastError();
 }
 
-// The int8 kernel's register/occupancy trade-offs (variants 1..6), for either weight type.
+// The int8 kernel's register/occupancy trade-offs (variants 1..6; any other runs as 2), for either
+// weight type.
 template <class Format, int NT>
 cudaError_t launch_int8(const SmallGemm & g, const QuantizedCols & cols, cudaStream_t s) {
     switch (g.variant) {
@@ -277,27 +282,32 @@ cudaError_t launch_stream(const SmallGemm & g, const QuantizedCols & cols, float
     return cudaGetLastError();
 }
 
+// What a variant (small_batch_gemm.h) runs: the balanced kernel or gemm_small, and for each weight
+// type the f16 or the int8 arithmetic.
+struct VariantKernels {
+    bool balanced, q4k_half, q6k_half;
+};
+
+VariantKernels kernels_of(int variant) {
+    return {variant == 10 || variant == 11, (variant >= 7 && variant <= 10) || variant == 12, variant == 10 || variant == 12};
+}
+
 template <int NT>
 cudaError_t launch(const SmallGemm & g, const QuantizedCols & cols, float * partial, unsigned * counters, cudaStream_t s) {
-    const bool stream = (g.variant == 10 || g.variant == 11) && (g.nrows + kTileRows - 1) / kTileRows <= kSmallGemmStreamTiles;
+    const VariantKernels k = kernels_of(g.variant);
+    const bool balanced = k.balanced && (g.nrows + kTileRows - 1) / kTileRows <= kSmallGemmStreamTiles;
     if (g.type == 14) {
-        if (stream) {
-            return g.variant == 10 ? launch_stream<Q6KHalf, NT>(g, cols, partial, counters, s)
-                                   : launch_stream<Q6K, NT>(g, cols, partial, counters, s);
+        if (balanced) {
+            return k.q6k_half ? launch_stream<Q6KHalf, NT>(g, cols, partial, counters, s)
+                              : launch_stream<Q6K, NT>(g, cols, partial, counters, s);
         }
-        if (g.variant == 10 || g.variant == 12) return launch1<Q6KHalf, NT, 2, true>(g, cols, s);
-        SmallGemm q6 = g;
-        if (q6.variant >= 7) q6.variant = 2;   // the int8 kernel
-        return launch_int8<Q6K, NT>(q6, cols, s);
+        return k.q6k_half ? launch1<Q6KHalf, NT, 2, true>(g, cols, s) : launch_int8<Q6K, NT>(g, cols, s);
     }
-    if (stream) {
-        return g.variant == 10 ? launch_stream<Q4KHalf, NT>(g, cols, partial, counters, s)
-                               : launch_stream<Q4K, NT>(g, cols, partial, counters, s);
+    if (balanced) {
+        return k.q4k_half ? launch_stream<Q4KHalf, NT>(g, cols, partial, counters, s)
+                          : launch_stream<Q4K, NT>(g, cols, partial, counters, s);
     }
-    if (g.variant >= 7 && g.variant != 11) return launch_q4k_half<NT>(g, cols, s);
-    SmallGemm q4 = g;
-    if (q4.variant >= 7) q4.variant = 2;
-    return launch_int8<Q4K, NT>(q4, cols, s);
+    return k.q4k_half ? launch_q4k_half<NT>(g, cols, s) : launch_int8<Q4K, NT>(g, cols, s);
 }
 
 int padded_cols(const SmallGemm & g) { return 8 * n_tiles(g.n); }
@@ -335,7 +345,11 @@ int small_gemm_quantize(const SmallGemm & g, void * scratch, void * stream) {
     const int n_pad = padded_cols(g);
     const QuantizedCols c = scratch_parts(scratch, g.k, n_pad).cols;
     const int64_t pairs = (g.k / 32) * n_pad;
-    quantize_columns<<<unsigned((pairs + kWarps - 1) / kWarps), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+    // only the layouts this variant's kernels read (matmuls sharing a quantization share the variant)
+    const VariantKernels kv = kernels_of(g.variant);
+    const bool int8 = !(kv.q4k_half && kv.q6k_half), half = kv.q4k_half || kv.q6k_half;
+    auto kernel = int8 && half ? quantize_columns<true, true> : half ? quantize_columns<false, true> : quantize_columns<true, false>;
+    kernel<<<unsigned((pairs + kWarps - 1) / kWarps), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
         g.x, g.x_stride, g.n, n_pad, g.k, const_cast<int8_t *>(c.xq), const_cast<float2 *>(c.xs),
         reinterpret_cast<__half *>(const_cast<uint4 *>(c.xh)), reinterpret_cast<__half *>(const_cast<uint32_t *>(c.xsum)));
     return int(cudaGetLastError());

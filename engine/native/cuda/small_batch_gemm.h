@@ -61,11 +61,12 @@ inline size_t small_gemm_scratch_bytes(int64_t k, int n) {
            n_pad * size_t(k) + size_t(k / 32) * n_pad * 2 * sizeof(float) + n_pad * size_t(k) * 2 + size_t(k / 32) * n_pad * 2;
 }
 
-// Quantizes the activations into `scratch` (a pointer from small_gemm_scratch_bytes's size).
+// Quantizes the activations into `scratch` (a pointer from small_gemm_scratch_bytes's size), in the
+// layouts g.variant's kernels read.
 // Calls that share x and n may share one quantization: see small_gemm_multiply.
 // stream: a cudaStream_t. Returns 0, or a CUDA error code.
 int small_gemm_quantize(const SmallGemm & g, void * scratch, void * stream);
-// y = W x from activations already quantized by small_gemm_quantize (same x, k and n).
+// y = W x from activations already quantized by small_gemm_quantize (same x, k, n and variant).
 int small_gemm_multiply(const SmallGemm & g, void * scratch, void * stream);
 
 // Smallest compute capability the kernels run on (int8 mma.sync m16n8k32 needs sm_80).
