@@ -67,12 +67,9 @@ def device_index() -> int:
     return int(DEVICE.split(":")[1]) if ":" in DEVICE else 0
 
 
-@pytest.mark.parametrize("variant", list(range(1, 13)))
-@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
-@pytest.mark.parametrize("n", [2, 5, 8, 9, 16, 24, 32])
-def test_matches_reference(qtype, n, variant):
-    rng = np.random.default_rng(100 + n)
-    nrows, k = 72, 256 * 11      # partial last row tiles of 16 and 32; 11 superblocks over 8 warps
+def assert_matches_reference(qtype: QT, variant: int, nrows: int, k: int, n: int, seed: int) -> None:
+    """Random blocks times n random columns on the kernel: within 2e-4 of the largest output."""
+    rng = np.random.default_rng(seed)
     w = random_blocks(rng, qtype, nrows, k)
     x = rng.standard_normal((n, k)).astype(np.float32)
     y = _core.cuda_small_gemm(device_index(), int(qtype), w.tobytes(), nrows, k, x, variant)
@@ -82,18 +79,19 @@ def test_matches_reference(qtype, n, variant):
     assert err < 2e-4, f"max error {err:.2e} of the largest output"
 
 
+@pytest.mark.parametrize("variant", list(range(1, 13)))
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
+@pytest.mark.parametrize("n", [2, 5, 8, 9, 16, 24, 32])
+def test_matches_reference(qtype, n, variant):
+    # partial last row tiles of 16 and 32; 11 superblocks over 8 warps
+    assert_matches_reference(qtype, variant, nrows=72, k=256 * 11, n=n, seed=100 + n)
+
+
 @pytest.mark.parametrize("nrows", [8500, 16900])
 def test_half_kernel_wider_blocks(nrows):
     """Variant 7's Q4_K kernel takes 32 or 64 rows a block on matrices tall enough to keep every SM
     busy with them (how tall depends on the SM count; these two pick 32 and 64 on an H200)."""
-    rng = np.random.default_rng(nrows)
-    k, n = 256 * 3, 16
-    w = random_blocks(rng, QT.Q4_K, nrows, k)
-    x = rng.standard_normal((n, k)).astype(np.float32)
-    y = _core.cuda_small_gemm(device_index(), int(QT.Q4_K), w.tobytes(), nrows, k, x, 7)
-    ref = reference(QT.Q4_K, w, x, half=True)
-    err = np.abs(y - ref).max() / np.abs(ref).max()
-    assert err < 2e-4, f"max error {err:.2e} of the largest output"
+    assert_matches_reference(QT.Q4_K, 7, nrows=nrows, k=256 * 3, n=16, seed=nrows)
 
 
 @pytest.mark.parametrize("variant", [10, 11])
@@ -101,14 +99,7 @@ def test_half_kernel_wider_blocks(nrows):
 def test_balanced_kernel_shares(qtype, variant):
     """The balanced kernel on a matrix of 532 tiles whose warps' shares straddle tiles: the partial
     sums of a tile's warps add up in the last one to finish."""
-    rng = np.random.default_rng(11)
-    nrows, k, n = 8500, 256 * 3, 16
-    w = random_blocks(rng, qtype, nrows, k)
-    x = rng.standard_normal((n, k)).astype(np.float32)
-    y = _core.cuda_small_gemm(device_index(), int(qtype), w.tobytes(), nrows, k, x, variant)
-    ref = reference(qtype, w, x, half=variant in HALF_VARIANTS[qtype])
-    err = np.abs(y - ref).max() / np.abs(ref).max()
-    assert err < 2e-4, f"max error {err:.2e} of the largest output"
+    assert_matches_reference(qtype, variant, nrows=8500, k=256 * 3, n=16, seed=11)
 
 
 def test_rejects_what_it_cannot_run():

@@ -16,10 +16,12 @@ log "built: $(grep -h 'luce: small-batch' "${OUT:-/tmp}/device-build.log" | tail
 LUCE_TEST_DEVICE=cuda:0 timeout 300 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_cuda_small_gemm.py', '-q', '-p', 'no:cacheprovider']))" > "$RES/gemm_test.txt" 2>&1
 log "gemm test: $(tail -1 "$RES/gemm_test.txt")"
 wait $models; log "models: $(tail -1 /tmp/models.txt)"
-for m in q35-tiny q27; do
-  LUCE_SMALL_BATCH_CHECK=1 timeout 300 python3 bench/gpu/small_batch_check.py --model $M/$m.gguf > "$RES/node_check_$m.txt" 2>&1
-  log "node check $m: $(grep -c 'small-batch check' "$RES/node_check_$m.txt") nodes, worst $(grep 'small-batch check' "$RES/node_check_$m.txt" | sed 's/.*(\(.*\))$/\1/' | sort -g | tail -1); $(tail -1 "$RES/node_check_$m.txt")"
-done
+node_check() {   # node_check NAME MODEL: each replaced matmul against ggml's, with the current variant
+  LUCE_SMALL_BATCH_CHECK=1 timeout 300 python3 bench/gpu/small_batch_check.py --model "$2" > "$RES/$1.txt" 2>&1
+  log "$1 (variant ${LUCE_SMALL_GEMM_VARIANT:-default}): $(grep -c 'small-batch check' "$RES/$1.txt") nodes, worst $(grep 'small-batch check' "$RES/$1.txt" | sed 's/.*(\(.*\))$/\1/' | sort -g | tail -1); $(tail -1 "$RES/$1.txt")"
+}
+node_check node_check_q35-tiny $M/q35-tiny.gguf
+node_check node_check_q27 $M/q27.gguf
 timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants ${VARIANTS:-2,9,10,11,12} > "$RES/check_q27.txt" 2>&1
 best=$(sed -n 's/^BEST VARIANT //p' "$RES/check_q27.txt"); export LUCE_SMALL_GEMM_VARIANT=$best
 log "check q27: $(tail -1 "$RES/check_q27.txt"), best variant ${best:-none}"
@@ -28,8 +30,7 @@ timeout 300 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing 
 fbest=$(sed -n 's/^BEST VARIANT //p' "$RES/check_fuse.txt")
 [ "$(tail -1 "$RES/check_fuse.txt")" = "CHECK OK" ] && [ "$fbest" = "${best}f" ] && export LUCE_SMALL_BATCH_FUSE=1
 log "fuse: $(grep -E 'verify 16|CHECK' "$RES/check_fuse.txt" | tr '\n' ' ') -> FUSE=${LUCE_SMALL_BATCH_FUSE:-0}"
-LUCE_SMALL_BATCH_CHECK=1 timeout 300 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf > "$RES/node_check_best.txt" 2>&1
-log "node check q27, variant ${best:-default}: $(grep -c 'small-batch check' "$RES/node_check_best.txt") nodes, worst $(grep 'small-batch check' "$RES/node_check_best.txt" | sed 's/.*(\(.*\))$/\1/' | sort -g | tail -1)"
+node_check node_check_best $M/q27.gguf
 engine_table
 log "table: $(grep -E 'verify 16' "$RES/bench_q27.txt")"
 spec6() {   # spec6 NAME [env...]: DFlash chain at L = 6, ours only
