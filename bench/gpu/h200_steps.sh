@@ -17,10 +17,12 @@ write_models() {
   done
 }
 
-exact_cuda() {   # exact_cuda [NAME]: the exactness and scorer tests on cuda:0, into $RES/NAME.txt
-  local name=${1:-exact_cuda}
-  LUCE_TEST_DEVICE=cuda:0 timeout 420 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_pflash_scorer.py', 'tests/test_speculative.py', 'tests/test_speculative_dflash.py', 'tests/test_draft_model.py', 'tests/test_synthetic.py', 'tests/test_tiny_qwen35.py', 'tests/test_engine.py', 'tests/test_parity.py', '-q', '-p', 'no:cacheprovider']))" > "$RES/$name.txt" 2>&1
-  log "$name: $(tail -1 "$RES/$name.txt")"
+exact_cuda() {   # exact_cuda [NAME [PYTEST-ARGS...]]: the exactness and scorer tests on cuda:0, into $RES/NAME.txt
+  local name=${1:-exact_cuda} extra=""
+  for a in "${@:2}"; do extra+=", '$a'"; done
+  # -s: the near-tie reports (test_speculative prints each flip's margin) go into the log
+  LUCE_TEST_DEVICE=cuda:0 timeout 420 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['tests/test_pflash_scorer.py', 'tests/test_speculative.py', 'tests/test_speculative_dflash.py', 'tests/test_draft_model.py', 'tests/test_synthetic.py', 'tests/test_tiny_qwen35.py', 'tests/test_engine.py', 'tests/test_parity.py', '-q', '-s', '-p', 'no:cacheprovider'$extra]))" > "$RES/$name.txt" 2>&1
+  log "$name: $(tail -1 "$RES/$name.txt"); near-ties reported: $(grep -o 'near-tie at [0-9]* (margin [0-9.e+-]*' "$RES/$name.txt" | sed 's/.*margin //' | tr '\n' ' ')"
 }
 
 pflash() {   # pflash NAME LENGTHS: TTFT against both dense prefills

@@ -4,7 +4,9 @@
 # ggml's on a tiny and on the 27B-shaped qwen35 (node_check_*.txt); the small-batch path against the
 # scheduler path with steady-state timings of every kernel variant (check_q27.txt), the fastest then
 # used for the rest: issue 3's table against llama.cpp (bench_q27.txt); DFlash at L = 6 with and
-# without the kernels (spec6*.txt); the exactness tests on cuda:0; a kernel profile (profile.txt).
+# without the kernels (spec6*.txt); the exactness tests on cuda:0 (fastest, default 2, and the Q4_K_M
+# ones on ggml alone for its own batch-shape near-ties); a kernel profile (profile.txt). QUICK=1 skips
+# the fusion trial, DFlash and Nsight Compute.
 set -uo pipefail
 . bench/gpu/h200_steps.sh
 write_models qwen35-tiny qwen35 dflash > /tmp/models.txt 2>&1 &
@@ -24,12 +26,13 @@ node_check node_check_q35-tiny $M/q35-tiny.gguf
 node_check node_check_q27 $M/q27.gguf
 timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants ${VARIANTS:-2,9,10,11,12} > "$RES/check_q27.txt" 2>&1
 best=$(sed -n 's/^BEST VARIANT //p' "$RES/check_q27.txt"); export LUCE_SMALL_GEMM_VARIANT=$best
-log "check q27: $(tail -1 "$RES/check_q27.txt"), best variant ${best:-none}"
-# ggml's fusion inside the pieces (LUCE_SMALL_BATCH_FUSE=1), in a process of its own
-timeout 300 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants "$best,${best}f" > "$RES/check_fuse.txt" 2>&1
-fbest=$(sed -n 's/^BEST VARIANT //p' "$RES/check_fuse.txt")
-[ "$(tail -1 "$RES/check_fuse.txt")" = "CHECK OK" ] && [ "$fbest" = "${best}f" ] && export LUCE_SMALL_BATCH_FUSE=1
-log "fuse: $(grep -E 'verify 16|CHECK' "$RES/check_fuse.txt" | tr '\n' ' ') -> FUSE=${LUCE_SMALL_BATCH_FUSE:-0}"
+log "check q27: $(tail -1 "$RES/check_q27.txt"), best variant ${best:-none}; $(grep -E 'baseline|verify 16 ' "$RES/check_q27.txt" | tr -s ' ' | tr '\n' ' ')"
+if [ -z "${QUICK:-}" ]; then   # ggml's fusion inside the pieces (LUCE_SMALL_BATCH_FUSE=1), in a process of its own
+  timeout 300 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants "$best,${best}f" > "$RES/check_fuse.txt" 2>&1
+  fbest=$(sed -n 's/^BEST VARIANT //p' "$RES/check_fuse.txt")
+  [ "$(tail -1 "$RES/check_fuse.txt")" = "CHECK OK" ] && [ "$fbest" = "${best}f" ] && export LUCE_SMALL_BATCH_FUSE=1
+  log "fuse: $(grep -E 'verify 16|CHECK' "$RES/check_fuse.txt" | tr '\n' ' ') -> FUSE=${LUCE_SMALL_BATCH_FUSE:-0}"
+fi
 node_check node_check_best $M/q27.gguf
 engine_table
 log "table: $(grep -E 'verify 16' "$RES/bench_q27.txt")"
@@ -44,8 +47,11 @@ if [ -z "${QUICK:-}" ]; then   # QUICK=1: issue 3's measurements only
 fi
 exact_cuda   # with the fastest configuration: the Q4_K_M tests run their verify blocks on our kernels
 [ "${best:-2}" != 2 ] && ( export LUCE_SMALL_GEMM_VARIANT=2 LUCE_SMALL_BATCH_FUSE=0; exact_cuda exact_cuda_v2 )   # and with the default
+( export LUCE_SMALL_BATCH_GEMM=0; exact_cuda exact_cuda_ggml -k q4km )   # the Q4_K_M ones on ggml alone: its batch-shape flips
 timeout 200 python3 bench/gpu/profile_kernels.py --model $M/q27.gguf --verify 16 > "$RES/profile.txt" 2>&1
 # per-kernel counters of the default and the f16 Q4_K kernel on one FFN-sized matrix (diagnostic)
-[ -z "${QUICK:-}" ] && ncu --set full -k regex:gemm_ -c 2 python3 bench/gpu/gemm_probe.py 17408 5120 2,7 > "$RES/ncu.txt" 2>&1
-log "ncu: $(grep -E 'gemm_small|Duration' "$RES/ncu.txt" | tr -s ' ' | cut -c1-90 | tr '\n' ' ')"
+if [ -z "${QUICK:-}" ]; then
+  ncu --set full -k regex:gemm_ -c 2 python3 bench/gpu/gemm_probe.py 17408 5120 2,7 > "$RES/ncu.txt" 2>&1
+  log "ncu: $(grep -E 'gemm_small|Duration' "$RES/ncu.txt" | tr -s ' ' | cut -c1-90 | tr '\n' ' ')"
+fi
 log "all done"

@@ -10,7 +10,8 @@ own rows move when the 16 tokens go one at a time (another kernel, other roundin
 whose outputs amplify rounding (deep random weights), that baseline is large too. A greedy decode
 through verify/commit follows. --timing adds the steady-state cost of verifying n tokens
 (verify + commit(0) repeated) and of a decode step, per engine, and names the variant with the
-cheapest 16-token verify ("BEST VARIANT N", or "Nf" when ggml's fusion in the pieces won).
+cheapest 16-token verify among those close to the scheduler ("BEST VARIANT N", or "Nf" when ggml's
+fusion in the pieces won).
 Set LUCE_SMALL_BATCH_CHECK=1 to have every replaced matmul compared with ggml's on its first run.
 """
 from __future__ import annotations
@@ -98,12 +99,13 @@ def main() -> int:
         slow.commit(1)
     baseline = rel(np.array(one_by_one), rows["slow"])
     print(f"{model.name}: verify 16 after a 24-token prompt, max |difference| / max |logit| against the scheduler:")
-    ok = True
+    close = {}   # variant -> within tolerance of the scheduler; only those can be named best
     for name in (k for k in engines if k != "slow"):
         d = rel(rows[name], rows["slow"])
         agree = int((rows[name].argmax(-1) == rows["slow"].argmax(-1)).sum())
-        print(f"  {name:<5} {d:.2e}   greedy tokens agree on {agree}/16 rows")
-        ok &= d <= max(10 * baseline, 1e-3)
+        close[name] = d <= max(10 * baseline, 1e-3)
+        print(f"  {name:<5} {d:.2e}   greedy tokens agree on {agree}/16 rows{'' if close[name] else '   TOO FAR'}")
+    ok = all(close.values())
     print(f"  baseline: the scheduler one token at a time {baseline:.2e} "
           f"(agree on {int((np.array(one_by_one).argmax(-1) == rows['slow'].argmax(-1)).sum())}/16)")
 
@@ -140,8 +142,9 @@ def main() -> int:
             ms = {k: verify_ms(e, prompt, b) for k, e in engines.items()}
             print(f"{f'verify {n}':<10}" + "".join(f"{ms[k]:>9.2f} ({ms[k] / steps[k]:.2f})" for k in engines))
             if n == 16:
-                best = min((k for k in engines if k != "slow"), key=lambda k: ms[k])
-        print(f"BEST VARIANT {best[1:]}")
+                best = min((k for k in engines if close.get(k)), key=lambda k: ms[k], default=None)
+        if best:
+            print(f"BEST VARIANT {best[1:]}")
     print("CHECK", "OK" if ok else "FAILED")
     return 0 if ok else 1
 
