@@ -10,7 +10,7 @@ import pytest
 
 from luce_engine import (ContextFullError, Engine, EngineStateError, GenerationCancelled, InvalidArgumentError,
                          Model, Sampling)
-from reference import DEVICE, THREADS, smollm2_path
+from reference import DEVICE, KQUANT_GPU_BATCH_SHAPE_RTOL, THREADS, smollm2_path
 from tools.tiny_gguf import Q4KM_QWEN35, TinyConfig, write_tiny_gguf
 
 
@@ -282,10 +282,8 @@ def test_hybrid_cancelled_generation_leaves_consistent_state(hybrid_model):
 # digit there. Rollback is then checked exactly against a reference with the same batch shapes,
 # and against the plain reference within this batch-shape tolerance.
 BATCH_SHAPE_RTOL = 1e-5 if DEVICE == "cpu" else 3e-3
-# On a GPU, K-quant matmuls quantize activations to int8 with kernels that differ by batch size
-# (ggml's MMVQ/MMQ, luce's small-batch GEMM): a rounding difference can move an activation across
-# a rounding boundary, 1/127 of its block's scale. (On the CPU the rollback stays exact.)
-KQUANT_BATCH_SHAPE_RTOL = 1e-5 if DEVICE == "cpu" else 3e-2
+# K-quants on a GPU: reference.KQUANT_GPU_BATCH_SHAPE_RTOL. (On the CPU the rollback stays exact.)
+KQUANT_BATCH_SHAPE_RTOL = 1e-5 if DEVICE == "cpu" else KQUANT_GPU_BATCH_SHAPE_RTOL
 
 
 def _rel_diff(a: np.ndarray, b: np.ndarray) -> float:

@@ -11,7 +11,7 @@ import pytest
 
 from luce_engine import Engine, Model, Sampling
 from luce_engine.speculative import ChainSpeculator
-from reference import DEVICE, THREADS, TINY_WEIGHTS, top2_margin
+from reference import DEVICE, KQUANT_GPU_BATCH_SHAPE_RTOL, THREADS, TINY_WEIGHTS, top2_margin
 from tools.tiny_gguf import Q4KM_QWEN35, TinyConfig, write_tiny_gguf
 
 B = 8   # block: x0 + 7 proposals
@@ -64,6 +64,14 @@ def model_for(arch: str, tmp_path) -> Model:
 NEAR_TIE = 1e-2   # relative top-2 gap below which a batch shape's rounding may flip a greedy token
 
 
+def near_tie_bound(model: Model) -> float:
+    """K-quants on a GPU: batch shapes may move logits by KQUANT_GPU_BATCH_SHAPE_RTOL of the largest
+    (what test_engine allows them too), enough to close a top-2 gap of that size. Measured on the
+    H200: ggml's own kernels alone (LUCE_SMALL_BATCH_GEMM=0) flip a token at a gap of 1.72e-2."""
+    kquant = "q4_K" in model.weight_types or "q6_K" in model.weight_types
+    return KQUANT_GPU_BATCH_SHAPE_RTOL if kquant and DEVICE != "cpu" else NEAR_TIE
+
+
 def assert_greedy_matches(model, p, got, plain, cache="f16"):
     """Exact, except that quantized weights meet int8-quantized activations, where a verify batch
     and a single-token step can round a near-tie apart (DESIGN.md §5): then the first divergence
@@ -75,7 +83,7 @@ def assert_greedy_matches(model, p, got, plain, cache="f16"):
     eng = Engine(model, n_ctx=512, cache_type_k=cache, cache_type_v=cache)
     eng.prefill(p + plain[:k])
     margin = top2_margin(eng.logits())
-    assert margin < NEAR_TIE, f"diverged at {k}, where plain decoding's top-2 margin is {margin:.2e}: not a near-tie"
+    assert margin < near_tie_bound(model), f"diverged at {k}, where plain decoding's top-2 margin is {margin:.2e}: not a near-tie"
     print(f"near-tie at {k} (margin {margin:.2e}): {got[k]} vs {plain[k]}")
 
 

@@ -2,11 +2,11 @@
 # H200 run for luce's CUDA small-batch GEMM (engine/native/cuda): builds with the kernels, then in
 # order: the kernels against their float64 reference (gemm_test.txt); each replaced matmul against
 # ggml's on a tiny and on the 27B-shaped qwen35 (node_check_*.txt); the small-batch path against the
-# scheduler path with steady-state timings of every kernel variant (check_q27.txt), the fastest then
-# used for the rest: issue 3's table against llama.cpp (bench_q27.txt); DFlash at L = 6 with and
-# without the kernels (spec6*.txt); the exactness tests on cuda:0 (fastest, default 2, and the Q4_K_M
-# ones on ggml alone for its own batch-shape near-ties); a kernel profile (profile.txt). QUICK=1 skips
-# the fusion trial, DFlash and Nsight Compute.
+# scheduler path with steady-state timings of every configuration in VARIANTS (check_q27.txt), the
+# fastest then used for the rest: issue 3's table against llama.cpp (bench_q27.txt); DFlash at L = 6
+# with and without the kernels (spec6*.txt); the exactness tests on cuda:0 with the fastest (also with
+# variant EXACT_ALSO, and with EXACT_GGML=1 the Q4_K_M ones on ggml alone); a kernel profile
+# (profile.txt). QUICK=1 skips DFlash and Nsight Compute.
 set -uo pipefail
 . bench/gpu/h200_steps.sh
 write_models qwen35-tiny qwen35 dflash > /tmp/models.txt 2>&1 &
@@ -24,15 +24,13 @@ node_check() {   # node_check NAME MODEL: each replaced matmul against ggml's, w
 }
 node_check node_check_q35-tiny $M/q35-tiny.gguf
 node_check node_check_q27 $M/q27.gguf
-timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants ${VARIANTS:-2,9,10,11,12} > "$RES/check_q27.txt" 2>&1
-best=$(sed -n 's/^BEST VARIANT //p' "$RES/check_q27.txt"); export LUCE_SMALL_GEMM_VARIANT=$best
-log "check q27: $(tail -1 "$RES/check_q27.txt"), best variant ${best:-none}; $(grep -E 'baseline|verify 16 ' "$RES/check_q27.txt" | tr -s ' ' | tr '\n' ' ')"
-if [ -z "${QUICK:-}" ]; then   # ggml's fusion inside the pieces (LUCE_SMALL_BATCH_FUSE=1), in a process of its own
-  timeout 300 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants "$best,${best}f" > "$RES/check_fuse.txt" 2>&1
-  fbest=$(sed -n 's/^BEST VARIANT //p' "$RES/check_fuse.txt")
-  [ "$(tail -1 "$RES/check_fuse.txt")" = "CHECK OK" ] && [ "$fbest" = "${best}f" ] && export LUCE_SMALL_BATCH_FUSE=1
-  log "fuse: $(grep -E 'verify 16|CHECK' "$RES/check_fuse.txt" | tr '\n' ' ') -> FUSE=${LUCE_SMALL_BATCH_FUSE:-0}"
-fi
+# kernel variants, each alone ("12"), on ggml's stream ("12s"), with ggml's fusion in the pieces ("12f")
+timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants ${VARIANTS:-2,12,12s,12f,12sf} > "$RES/check_q27.txt" 2>&1
+best=$(sed -n 's/^BEST VARIANT //p' "$RES/check_q27.txt")
+export LUCE_SMALL_GEMM_VARIANT=${best%%[sf]*}
+case $best in *s*) export LUCE_SMALL_BATCH_STREAM=ggml ;; *) export LUCE_SMALL_BATCH_STREAM=own ;; esac
+case $best in *f*) export LUCE_SMALL_BATCH_FUSE=1 ;; *) export LUCE_SMALL_BATCH_FUSE=0 ;; esac
+log "check q27: $(tail -1 "$RES/check_q27.txt"), best ${best:-none}; $(grep -E 'baseline|small-batch: |verify 16 ' "$RES/check_q27.txt" | sort -u | tr -s ' ' | tr '\n' ' ')"
 node_check node_check_best $M/q27.gguf
 engine_table
 log "table: $(grep -E 'verify 16' "$RES/bench_q27.txt")"
@@ -46,8 +44,8 @@ if [ -z "${QUICK:-}" ]; then   # QUICK=1: issue 3's measurements only
   spec6 spec6_off LUCE_SMALL_BATCH_GEMM=0
 fi
 exact_cuda   # with the fastest configuration: the Q4_K_M tests run their verify blocks on our kernels
-[ "${best:-2}" != 2 ] && ( export LUCE_SMALL_GEMM_VARIANT=2 LUCE_SMALL_BATCH_FUSE=0; exact_cuda exact_cuda_v2 )   # and with the default
-( export LUCE_SMALL_BATCH_GEMM=0; exact_cuda exact_cuda_ggml -k q4km )   # the Q4_K_M ones on ggml alone: its batch-shape flips
+[ -n "${EXACT_ALSO:-}" ] && ( export LUCE_SMALL_GEMM_VARIANT=$EXACT_ALSO LUCE_SMALL_BATCH_FUSE=0 LUCE_SMALL_BATCH_STREAM=own; exact_cuda exact_cuda_v$EXACT_ALSO )
+[ -n "${EXACT_GGML:-}" ] && ( export LUCE_SMALL_BATCH_GEMM=0; exact_cuda exact_cuda_ggml -k q4km )   # the Q4_K_M ones on ggml alone: its batch-shape flips
 timeout 200 python3 bench/gpu/profile_kernels.py --model $M/q27.gguf --verify 16 > "$RES/profile.txt" 2>&1
 # per-kernel counters of the default and the f16 Q4_K kernel on one FFN-sized matrix (diagnostic)
 if [ -z "${QUICK:-}" ]; then

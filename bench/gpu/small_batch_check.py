@@ -10,8 +10,8 @@ own rows move when the 16 tokens go one at a time (another kernel, other roundin
 whose outputs amplify rounding (deep random weights), that baseline is large too. A greedy decode
 through verify/commit follows. --timing adds the steady-state cost of verifying n tokens
 (verify + commit(0) repeated) and of a decode step, per engine, and names the variant with the
-cheapest 16-token verify among those close to the scheduler ("BEST VARIANT N", or "Nf" when ggml's
-fusion in the pieces won).
+cheapest 16-token verify among those close to the scheduler ("BEST VARIANT N", with the suffixes
+of --variants: "Ns" when our kernels on ggml's stream won, "Nf" when ggml's fusion in the pieces did).
 Set LUCE_SMALL_BATCH_CHECK=1 to have every replaced matmul compared with ggml's on its first run.
 """
 from __future__ import annotations
@@ -73,13 +73,15 @@ def main() -> int:
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--timing", action="store_true")
     ap.add_argument("--variants", default="2",
-                    help="comma-separated kernel variants to compare; a trailing f (2f) adds LUCE_SMALL_BATCH_FUSE=1")
+                    help="comma-separated kernel variants to compare; suffixes: s (12s) adds LUCE_SMALL_BATCH_STREAM=ggml, "
+                         "f (12f) LUCE_SMALL_BATCH_FUSE=1")
     args = ap.parse_args()
 
     model = Model(args.model, device=args.device)
     engines = {}
     for v in (v for v in args.variants.split(",") if v):
-        env = {"LUCE_SMALL_GEMM_VARIANT": v.rstrip("f"), "LUCE_SMALL_BATCH_FUSE": "1" if v.endswith("f") else "0"}
+        env = {"LUCE_SMALL_GEMM_VARIANT": v.rstrip("fs"), "LUCE_SMALL_BATCH_FUSE": "1" if "f" in v else "0",
+               "LUCE_SMALL_BATCH_STREAM": "ggml" if "s" in v else "own"}
         engines[f"v{v}"] = engine_with(model, env)
     engines["slow"] = engine_with(model, {"LUCE_SMALL_BATCH_GEMM": "0"})
     rng = np.random.default_rng(7)

@@ -8,8 +8,8 @@
 //
 // Numerics of the int8 kernel follow ggml's: activations are quantized to int8 per 32 values with a
 // float scale (and the sum, for Q4_K's minimums), dot products are exact in int32, block scales
-// apply in float. The f16 Q4_K kernel (variants 7..9) takes the same int8 activations times their
-// scale, and their sums, in f16.
+// apply in float. The f16 kernels (Q4_K in variants 7..10 and 12, Q6_K in 10 and 12) take the
+// same int8 activations times their scale, and their sums, in f16.
 #pragma once
 
 #include <cstddef>
@@ -26,9 +26,11 @@ constexpr int kSmallGemmMaxCols = 32;
 // superblock instead of per mma) and Q6_K as 2; they differ in the rows a block (see
 // q4k_half_tiles). 10 and 11 cut each matrix into equal shares per warp (gemm_stream): 10 with
 // the f16 kernels for both weight types, 11 with the int8 ones. 12 is 9 with Q6_K on f16 too. On
-// the H200 with the 27B-shaped file, 2 was the fastest of 1..6 at 16 columns and 9 the fastest of
-// 7..9 (bench/RESULTS.md); 10..12 are not yet measured.
-constexpr int kSmallGemmDefaultVariant = 2;
+// the H200 with the 27B-shaped file (bench/RESULTS.md), 2 was the fastest of 1..6 at 16 columns
+// and 9 of 7..9; of 2, 9..12, 12 is the fastest at 4, 8 and 16 columns (16-token verify 19.49 ms
+// against 22.48 for 2; the balanced 10 and 11 are slower, 24.2 and 27.1) and the default. The
+// exactness suite passes on the H200 with 12 and with 2.
+constexpr int kSmallGemmDefaultVariant = 12;
 constexpr int kSmallGemmMaxVariant = 12;
 
 // Weight types these kernels take (ggml_type values: GGML_TYPE_Q4_K = 12, GGML_TYPE_Q6_K = 14).

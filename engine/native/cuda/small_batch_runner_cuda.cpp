@@ -26,6 +26,22 @@ struct ggml_backend_event {
     void * context;
 };
 
+// The same header's backend object, and the first members of the CUDA backend's context
+// (ggml-cuda/common.cuh, ggml_backend_cuda_context), to find the stream ggml computes on. Only
+// ggml_compute_stream() reads them, and it checks each step (see there).
+struct ggml_backend_layout {
+    void * guid;
+    void * iface[16];   // struct ggml_backend_i: 16 function pointers
+    ggml_backend_dev_t device;
+    void * context;
+};
+struct ggml_cuda_context_head {
+    int device;
+    std::string name;
+    cudaEvent_t copy_event;
+    cudaStream_t streams[16][8];   // [GGML_CUDA_MAX_DEVICES][GGML_CUDA_MAX_STREAMS], created on first use
+};
+
 namespace luce {
 namespace {
 
@@ -33,6 +49,45 @@ constexpr int kMinTokens = kSmallBatchMinTokens;
 constexpr int kMaxTokens = kSmallBatchMaxTokens;
 
 cudaEvent_t cuda_event(ggml_backend_event_t ev) { return static_cast<cudaEvent_t>(ev->context); }
+
+// The stream ggml's CUDA backend computes on, or null when it cannot be found for sure. Our kernels
+// queued there need no events between ggml's pieces and ours. The layout above is trusted only when
+// the backend's device and its context's name (the very string ggml_backend_name() returns) are where
+// it says; the stream is then proven to be ggml's: while it is being captured, an event that ggml
+// records on its own stream must pull `other`, which waits on that event, into the capture.
+cudaStream_t ggml_compute_stream(ggml_backend_t backend, int device, ggml_backend_event_t probe, ggml_backend_event_t back,
+                                 cudaStream_t other) {
+    const auto * b = reinterpret_cast<const ggml_backend_layout *>(backend);
+    if (b->device != ggml_backend_get_device(backend) || !b->context) return nullptr;
+    const auto * head = static_cast<const ggml_cuda_context_head *>(b->context);
+    if (head->device != device || head->name.c_str() != ggml_backend_name(backend)) return nullptr;
+    ggml_backend_synchronize(backend);   // creates the stream if no work ran yet
+    cudaStream_t s = head->streams[device][0];
+    if (!s) return nullptr;
+    cudaSetDevice(device);
+    if (cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    ggml_backend_event_record(probe, backend);
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    const bool joined = cudaStreamWaitEvent(other, cuda_event(probe), 0) == cudaSuccess &&
+                        cudaStreamIsCapturing(other, &status) == cudaSuccess && status == cudaStreamCaptureStatusActive;
+    if (joined) {   // the capture must end with `other` joined back
+        cudaEventRecord(cuda_event(back), other);
+        cudaStreamWaitEvent(s, cuda_event(back), 0);
+    }
+    cudaGraph_t g = nullptr;
+    const bool ended = cudaStreamEndCapture(s, &g) == cudaSuccess;
+    if (g) cudaGraphDestroy(g);
+    cudaGetLastError();
+    // leave both events recorded outside any capture, and nothing pending
+    cudaEventRecord(cuda_event(probe), other);
+    cudaEventRecord(cuda_event(back), other);
+    const bool idle = cudaStreamSynchronize(other) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess;
+    cudaGetLastError();
+    return joined && ended && idle ? s : nullptr;
+}
 
 const ggml_tensor * storage(const ggml_tensor * t) { return t->view_src ? t->view_src : t; }
 
@@ -89,6 +144,12 @@ public:
         check_ = c && std::string(c) == "1";
         const char * f = std::getenv("LUCE_SMALL_BATCH_FUSE");
         fuse_ = f && std::string(f) == "1";
+        const char * o = std::getenv("LUCE_SMALL_BATCH_STREAM");
+        if (o && std::string(o) == "ggml") {
+            ggml_stream_ = ggml_compute_stream(backend, device, to_ours, to_ggml, stream);
+            std::fprintf(stderr, "luce small-batch: %s\n", ggml_stream_ ? "our kernels run on ggml's stream"
+                                                                          : "ggml's stream not found, our kernels keep their own");
+        }
     }
 
     ~CudaSmallBatchRunner() override {
@@ -171,7 +232,7 @@ public:
     }
 
     ggml_status compute(ggml_cgraph * gf) override {
-        const ggml_status st = launch_pieces(gf);
+        const ggml_status st = ggml_stream_ ? launch_pieces_on_ggml_stream(gf) : launch_pieces(gf);
         // on success and failure alike nothing may still run when the caller reads or rebuilds
         cudaSetDevice(device_);
         cudaStreamSynchronize(stream_);
@@ -192,21 +253,44 @@ public:
             ggml_backend_event_record(to_ours_, backend_);
             cudaSetDevice(device_);
             if (cudaStreamWaitEvent(stream_, cuda_event(to_ours_), 0) != cudaSuccess) return GGML_STATUS_FAILED;
-            const ggml_tensor * quantized = nullptr;   // consecutive matmuls of one input share its quantization
-            for (int i = p.begin; i < p.end; ++i) {
-                const ggml_tensor * t = ggml_graph_node(gf, i);
-                const cuda::SmallGemm g = gemm_of(t, variant_);
-                if (t->src[1] != quantized) {
-                    if (cuda::small_gemm_quantize(g, scratch_, stream_) != 0) return GGML_STATUS_FAILED;
-                    quantized = t->src[1];
-                }
-                if (cuda::small_gemm_multiply(g, scratch_, stream_) != 0) return GGML_STATUS_FAILED;
-            }
+            if (launch_matmuls(gf, p, stream_) != GGML_STATUS_SUCCESS) return GGML_STATUS_FAILED;
             if (cudaEventRecord(cuda_event(to_ggml_), stream_) != cudaSuccess) return GGML_STATUS_FAILED;
             ggml_backend_event_wait(backend_, to_ggml_);
             if (check_ && !checked_) check_against_ggml(gf, p);
         }
         checked_ = true;
+        return GGML_STATUS_SUCCESS;
+    }
+
+    // Queues every piece on ggml's stream (LUCE_SMALL_BATCH_STREAM=ggml): stream order alone orders
+    // them, no events.
+    ggml_status launch_pieces_on_ggml_stream(ggml_cgraph * gf) {
+        for (const Piece & p : pieces_) {
+            if (!p.ours) {
+                const ggml_status st = ggml_backend_graph_compute_async(backend_, p.graph);
+                if (st != GGML_STATUS_SUCCESS) return st;
+                continue;
+            }
+            cudaSetDevice(device_);
+            if (launch_matmuls(gf, p, ggml_stream_) != GGML_STATUS_SUCCESS) return GGML_STATUS_FAILED;
+            if (check_ && !checked_) check_against_ggml(gf, p);
+        }
+        checked_ = true;
+        return GGML_STATUS_SUCCESS;
+    }
+
+    // Our matmuls of piece p on `stream`.
+    ggml_status launch_matmuls(ggml_cgraph * gf, const Piece & p, cudaStream_t stream) {
+        const ggml_tensor * quantized = nullptr;   // consecutive matmuls of one input share its quantization
+        for (int i = p.begin; i < p.end; ++i) {
+            const ggml_tensor * t = ggml_graph_node(gf, i);
+            const cuda::SmallGemm g = gemm_of(t, variant_);
+            if (t->src[1] != quantized) {
+                if (cuda::small_gemm_quantize(g, scratch_, stream) != 0) return GGML_STATUS_FAILED;
+                quantized = t->src[1];
+            }
+            if (cuda::small_gemm_multiply(g, scratch_, stream) != 0) return GGML_STATUS_FAILED;
+        }
         return GGML_STATUS_SUCCESS;
     }
 
@@ -250,6 +334,7 @@ private:
     int variant_ = cuda::kSmallGemmDefaultVariant;   // LUCE_SMALL_GEMM_VARIANT (see small_batch_gemm.h)
     bool check_ = false, checked_ = false;
     bool fuse_ = false;       // LUCE_SMALL_BATCH_FUSE=1: pieces from graph_pieces.h
+    cudaStream_t ggml_stream_ = nullptr;   // LUCE_SMALL_BATCH_STREAM=ggml, when found: ours run there
     GraphPieces fused_;
 };
 
