@@ -5,7 +5,7 @@
 # scheduler path with steady-state timings of every configuration in VARIANTS (check_q27.txt), the
 # fastest then used for the rest: issue 3's table against llama.cpp (bench_q27.txt); DFlash at L = 6
 # with and without the kernels (spec6*.txt); the exactness tests on cuda:0 with the fastest (also with
-# variant EXACT_ALSO, and with EXACT_GGML=1 the Q4_K_M ones on ggml alone); a kernel profile
+# variant EXACT_ALSO on a stream of its own, and with EXACT_GGML=1 the Q4_K_M ones on ggml alone); a kernel profile
 # (profile.txt). QUICK=1 skips DFlash and Nsight Compute.
 set -uo pipefail
 . bench/gpu/h200_steps.sh
@@ -24,13 +24,13 @@ node_check() {   # node_check NAME MODEL: each replaced matmul against ggml's, w
 }
 node_check node_check_q35-tiny $M/q35-tiny.gguf
 node_check node_check_q27 $M/q27.gguf
-# kernel variants, each alone ("12"), on ggml's stream ("12s"), with ggml's fusion in the pieces ("12f")
-timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants ${VARIANTS:-2,12,12s,12f,12sf} > "$RES/check_q27.txt" 2>&1
+# kernel variants on ggml's stream ("12"), on a stream of their own ("12o"), with ggml's fusion in the pieces ("12f")
+timeout 400 python3 bench/gpu/small_batch_check.py --model $M/q27.gguf --timing --variants ${VARIANTS:-2,12,12o,12f} > "$RES/check_q27.txt" 2>&1
 best=$(sed -n 's/^BEST VARIANT //p' "$RES/check_q27.txt")
-export LUCE_SMALL_GEMM_VARIANT=${best%%[sf]*}
-case $best in *s*) export LUCE_SMALL_BATCH_STREAM=ggml ;; *) export LUCE_SMALL_BATCH_STREAM=own ;; esac
+export LUCE_SMALL_GEMM_VARIANT=${best%%[fo]*}
+case $best in *o*) export LUCE_SMALL_BATCH_STREAM=own ;; *) export LUCE_SMALL_BATCH_STREAM=ggml ;; esac
 case $best in *f*) export LUCE_SMALL_BATCH_FUSE=1 ;; *) export LUCE_SMALL_BATCH_FUSE=0 ;; esac
-log "check q27: $(tail -1 "$RES/check_q27.txt"), best ${best:-none}; $(grep -E 'baseline|small-batch: |verify 16 ' "$RES/check_q27.txt" | sort -u | tr -s ' ' | tr '\n' ' ')"
+log "check q27: $(tail -1 "$RES/check_q27.txt"), best ${best:-none}; $(grep -E 'baseline|verify 16 ' "$RES/check_q27.txt" | sort -u | tr -s ' ' | tr '\n' ' ')"
 node_check node_check_best $M/q27.gguf
 engine_table
 log "table: $(grep -E 'verify 16' "$RES/bench_q27.txt")"

@@ -11,7 +11,8 @@ whose outputs amplify rounding (deep random weights), that baseline is large too
 through verify/commit follows. --timing adds the steady-state cost of verifying n tokens
 (verify + commit(0) repeated) and of a decode step, per engine, and names the variant with the
 cheapest 16-token verify among those close to the scheduler ("BEST VARIANT N", with the suffixes
-of --variants: "Ns" when our kernels on ggml's stream won, "Nf" when ggml's fusion in the pieces did).
+of --variants: "No" when our kernels on a stream of their own won, "Nf" when ggml's fusion in the
+pieces did).
 Set LUCE_SMALL_BATCH_CHECK=1 to have every replaced matmul compared with ggml's on its first run.
 """
 from __future__ import annotations
@@ -73,15 +74,15 @@ def main() -> int:
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--timing", action="store_true")
     ap.add_argument("--variants", default="2",
-                    help="comma-separated kernel variants to compare; suffixes: s (12s) adds LUCE_SMALL_BATCH_STREAM=ggml, "
+                    help="comma-separated kernel variants to compare; suffixes: o (12o) adds LUCE_SMALL_BATCH_STREAM=own, "
                          "f (12f) LUCE_SMALL_BATCH_FUSE=1")
     args = ap.parse_args()
 
     model = Model(args.model, device=args.device)
     engines = {}
     for v in (v for v in args.variants.split(",") if v):
-        env = {"LUCE_SMALL_GEMM_VARIANT": v.rstrip("fs"), "LUCE_SMALL_BATCH_FUSE": "1" if "f" in v else "0",
-               "LUCE_SMALL_BATCH_STREAM": "ggml" if "s" in v else "own"}
+        env = {"LUCE_SMALL_GEMM_VARIANT": v.rstrip("fo"), "LUCE_SMALL_BATCH_FUSE": "1" if "f" in v else "0",
+               "LUCE_SMALL_BATCH_STREAM": "own" if "o" in v else "ggml"}
         engines[f"v{v}"] = engine_with(model, env)
     engines["slow"] = engine_with(model, {"LUCE_SMALL_BATCH_GEMM": "0"})
     rng = np.random.default_rng(7)

@@ -144,11 +144,13 @@ public:
         check_ = c && std::string(c) == "1";
         const char * f = std::getenv("LUCE_SMALL_BATCH_FUSE");
         fuse_ = f && std::string(f) == "1";
+        // ggml's stream unless LUCE_SMALL_BATCH_STREAM=own (or it cannot be found): on the H200, 16-token
+        // verify 19.26 against 19.64 ms with a stream of our own (bench/RESULTS.md)
         const char * o = std::getenv("LUCE_SMALL_BATCH_STREAM");
-        if (o && std::string(o) == "ggml") {
-            ggml_stream_ = ggml_compute_stream(backend, device, to_ours, to_ggml, stream);
-            std::fprintf(stderr, "luce small-batch: %s\n", ggml_stream_ ? "our kernels run on ggml's stream"
-                                                                          : "ggml's stream not found, our kernels keep their own");
+        if (!(o && std::string(o) == "own")) ggml_stream_ = ggml_compute_stream(backend, device, to_ours, to_ggml, stream);
+        if (o && std::string(o) == "ggml" && !ggml_stream_) {
+            std::fprintf(stderr, "luce small-batch: LUCE_SMALL_BATCH_STREAM=ggml, but ggml's stream was not found: "
+                                 "our kernels keep a stream of their own\n");
         }
     }
 
@@ -241,7 +243,8 @@ public:
         return cudaGetLastError() == cudaSuccess ? GGML_STATUS_SUCCESS : GGML_STATUS_FAILED;
     }
 
-    // Queues every piece: ggml's on its stream, ours on stream_, ordered by the two events.
+    // Queues every piece: ggml's on its stream, ours on stream_, ordered by the two events (when
+    // ggml's stream was not found, or LUCE_SMALL_BATCH_STREAM=own).
     ggml_status launch_pieces(ggml_cgraph * gf) {
         for (const Piece & p : pieces_) {
             if (!p.ours) {
@@ -262,8 +265,7 @@ public:
         return GGML_STATUS_SUCCESS;
     }
 
-    // Queues every piece on ggml's stream (LUCE_SMALL_BATCH_STREAM=ggml): stream order alone orders
-    // them, no events.
+    // Queues every piece on ggml's stream: stream order alone orders them, no events.
     ggml_status launch_pieces_on_ggml_stream(ggml_cgraph * gf) {
         for (const Piece & p : pieces_) {
             if (!p.ours) {
@@ -334,7 +336,7 @@ private:
     int variant_ = cuda::kSmallGemmDefaultVariant;   // LUCE_SMALL_GEMM_VARIANT (see small_batch_gemm.h)
     bool check_ = false, checked_ = false;
     bool fuse_ = false;       // LUCE_SMALL_BATCH_FUSE=1: pieces from graph_pieces.h
-    cudaStream_t ggml_stream_ = nullptr;   // LUCE_SMALL_BATCH_STREAM=ggml, when found: ours run there
+    cudaStream_t ggml_stream_ = nullptr;   // ggml's, where ours run when found (LUCE_SMALL_BATCH_STREAM=own: never)
     GraphPieces fused_;
 };
 

@@ -4,8 +4,9 @@
 //
 // ggml's CUDA backend offers no way to plug a kernel into its graphs, so the graph is computed in
 // pieces: the node ranges between our matmuls go to ggml (each replayed as a CUDA graph once warm),
-// the matmuls to our stream, with events ordering the two streams on the device (the host does not
-// wait); with LUCE_SMALL_BATCH_STREAM=ggml, to ggml's own stream, where stream order alone suffices. Memory is the scheduler's: the graph is allocated as usual, as one split on the device with
+// the matmuls to the stream ggml computes on, where stream order alone orders the two (the host does
+// not wait). Where that stream cannot be found, or with LUCE_SMALL_BATCH_STREAM=own, the matmuls go
+// to a stream of their own, with two events a piece ordering the streams. Memory is the scheduler's: the graph is allocated as usual, as one split on the device with
 // its inputs there too, and computed in the same node order the allocator planned for.
 #pragma once
 
