@@ -20,7 +20,7 @@ namespace luce {
 
 // Graphs of 4..16 tokens: on the H200 (bench/RESULTS.md) ggml's MMVQ stays cheaper for 2 tokens
 // (12.6 against 15.6 ms a verify) and its MMQ for 32 (28.3 against 39.1 ms); ours wins at 4, 8
-// and 16 (16.0 / 16.5 / 21.6 ms against 17.6 / 25.2 / 22.0).
+// and 16 (15.6 / 16.2 / 19.1 ms against 17.3 / 25.4 / 22.0, variant 12 on ggml's stream).
 constexpr int kSmallBatchMinTokens = 4;
 constexpr int kSmallBatchMaxTokens = 16;
 
