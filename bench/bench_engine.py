@@ -66,6 +66,22 @@ class LucePeer:
                 out.append(secs * 1e3)
         return out
 
+    def commit_ms(self, prompt: list[int], batch: list[int], k: int, reps: int) -> list[float]:
+        """commit(k) after verify(batch): the rollback a speculative step pays when k of its tokens
+        are kept (copies from snapshots, or LUCE_ROLLBACK=replay's recurrence). Milliseconds."""
+        self.prefill_seconds(prompt)
+        self.engine.checkpoint()   # truncating back here is then instant
+        out = []
+        for i in range(reps + 3):
+            self.engine.verify(batch, logits=False)
+            t0 = time.perf_counter()
+            self.engine.commit(k)
+            secs = time.perf_counter() - t0
+            self.engine.truncate(len(prompt))
+            if i >= 3:
+                out.append(secs * 1e3)
+        return out
+
     def decode_seconds(self, prompt: list[int], n: int) -> tuple[float, list[int]]:
         self.prefill_seconds(prompt)
         out = []
@@ -142,7 +158,8 @@ def main() -> int:
             ms = statistics.median(runs[name])
             verify[name][n] = {"ms": ms, "decode_steps": ms / (1e3 / med[name])}
         steady = statistics.median(ours.verify_steady_ms(prompt, batch, max(10, args.repeats)))
-        verify["luce"][n].update({"steady_ms": steady, "steady_steps": steady / (1e3 / med["luce"])})
+        verify["luce"][n].update({"steady_ms": steady, "steady_steps": steady / (1e3 / med["luce"]),
+                                  "commit_half_ms": statistics.median(ours.commit_ms(prompt, batch, n // 2, max(10, args.repeats)))})
     small_batch_evals = ours.engine.stats().get("n_small_batch_evals", 0)
     result = {
         "model": ours.model.name, "path": path, "weights": ours.model.weight_types, "device": args.device,
@@ -169,8 +186,10 @@ def main() -> int:
     for n in verify["luce"]:
         a, b = verify["luce"][n], verify["llama.cpp"][n]
         print(f"{f'verify {n} ms (steps)':<22}{a['ms']:>7.1f} ({a['decode_steps']:.1f}){b['ms']:>6.1f} ({b['decode_steps']:.1f})"
-              f"{b['ms'] / a['ms']:>6.2f}x   luce steady {a['steady_ms']:.1f} ({a['steady_steps']:.2f})")
-    print("verify: after a fresh prefill each time (both engines); luce steady: repeated verify + commit(0)")
+              f"{b['ms'] / a['ms']:>6.2f}x   luce steady {a['steady_ms']:.1f} ({a['steady_steps']:.2f})"
+              f"   commit n/2 {a['commit_half_ms']:.2f}")
+    print("verify: after a fresh prefill each time (both engines); luce steady: repeated verify + commit(0); "
+          "commit n/2: the rollback keeping half the tokens")
     print(f"luce evaluations on the CUDA small-batch kernels: {small_batch_evals}")
     print(f"greedy tokens identical: {same_tokens}   json: {out}")
     return 0

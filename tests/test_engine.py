@@ -290,13 +290,17 @@ def _rel_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
-@pytest.mark.parametrize("arch", ["qwen35", "llama", "qwen35-q4km"])
-def test_verify_commit_rolls_back_exactly(arch, tmp_path):
+@pytest.mark.parametrize("arch,rollback", [("qwen35", "snapshots"), ("qwen35", "replay"), ("llama", "snapshots"),
+                                           ("qwen35-q4km", "snapshots"), ("qwen35-q4km", "replay")])
+def test_verify_commit_rolls_back_exactly(arch, rollback, tmp_path, monkeypatch):
     """prefill P, verify t1..t8, commit k (every k in 0..8), continue with u1..u4. The logits equal
     (1e-5 relative) those of an engine that verified t1..tk followed by other tokens and committed
     k (same batch shapes: the rejected tokens leave no trace), and those of a fresh engine fed
     P + t1..tk (exact on the CPU; within BATCH_SHAPE_RTOL on a GPU): the rollback restores KV
-    length and recurrent/conv state without recomputation."""
+    length and recurrent/conv state: from per-token snapshots, or (LUCE_ROLLBACK=replay) by
+    replaying only the DeltaNet recurrence of the k kept tokens."""
+    if rollback == "replay":
+        monkeypatch.setenv("LUCE_ROLLBACK", "replay")
     if arch == "qwen35-q4km":   # the user's format; on CUDA its verify blocks run on luce's own kernels
         cfg = TinyConfig(**Q4KM_QWEN35, n_vocab=256, seed=5)
     else:
@@ -331,6 +335,23 @@ def test_verify_commit_rolls_back_exactly(arch, tmp_path):
         fresh.prefill(p + t[:k])
         fresh.prefill(u, logits_all=True)
         assert _rel_diff(got, fresh.all_logits()) <= fresh_rtol, f"k={k}"
+
+
+def test_replay_rollback_plans_and_holds_less_memory(hybrid_model, monkeypatch):
+    """Rolling back by replay keeps each verify token's decay and beta instead of a state snapshot
+    (S·S·Hv floats a DeltaNet layer): the plan and the engine's own accounting shrink by exactly
+    that, plus a small replay scratch, and an engine without verification holds neither."""
+    hp_plan = {}
+    for mode in ("snapshots", "replay"):
+        monkeypatch.setenv("LUCE_ROLLBACK", mode)
+        hp_plan[mode] = Engine(hybrid_model, n_ctx=256, n_verify_max=8).memory_plan()
+    snap, rep = hp_plan["snapshots"], hp_plan["replay"]
+    assert rep["recurrent"] < snap["recurrent"] / 3
+    assert rep["compute"] > snap["compute"]   # the replay graph's scratch, measured
+    assert rep["compute"] - snap["compute"] < snap["recurrent"] - rep["recurrent"]
+    monkeypatch.setenv("LUCE_ROLLBACK", "replay")
+    without = Engine(hybrid_model, n_ctx=256, n_verify_max=0).memory_plan()
+    assert without["recurrent"] < rep["recurrent"] and without["compute"] <= snap["compute"]
 
 
 def test_verify_greedy_tokens_match_logits(hybrid_model):

@@ -104,7 +104,17 @@ def run(model, p, n, *, sampling=Sampling(), drafter=None, cache="f16", stop_ids
 @pytest.mark.parametrize("arch", ["qwen35", "llama", "qwen35-q4km"])
 @pytest.mark.parametrize("cache", ["f16", "q8_0"])
 def test_greedy_oracle_exact_at_every_acceptance_length(arch, cache, tmp_path):
-    model = model_for(arch, tmp_path)
+    check_oracle_acceptance(model_for(arch, tmp_path), cache)
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "qwen35-q4km"])
+def test_greedy_oracle_exact_with_replay_rollback(arch, tmp_path, monkeypatch):
+    """The same with every rollback replaying the kept tokens' recurrence (LUCE_ROLLBACK=replay)."""
+    monkeypatch.setenv("LUCE_ROLLBACK", "replay")
+    check_oracle_acceptance(model_for(arch, tmp_path), "f16")
+
+
+def check_oracle_acceptance(model, cache):
     p = prompt(24, 1)
     plain, _, _, _ = run(model, p, 48, cache=cache)
     truth = {len(p) + i: t for i, t in enumerate(plain)}

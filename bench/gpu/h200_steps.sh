@@ -31,8 +31,9 @@ pflash() {   # pflash NAME LENGTHS: TTFT against both dense prefills
   log "$1 done"
 }
 
-engine_table() {   # issue 3's decode / prefill / verify-cost table
+engine_table() {   # engine_table [NAME]: issue 3's decode / prefill / verify-cost table, into $RES/NAME.txt
+  local name=${1:-bench_q27}
   python3 bench/bench_engine.py --model $M/q27.gguf --device cuda:0 --threads 8 --decode-tokens 64 --repeats 3 \
-    --prefill 512,8192 --verify 1,2,4,8,16,32 --json "$RES/bench_q27.json" > "$RES/bench_q27.txt" 2>&1
-  log "engine table done"
+    --prefill 512,8192 --verify 1,2,4,8,16,32 --json "$RES/$name.json" > "$RES/$name.txt" 2>&1
+  log "$name done"
 }

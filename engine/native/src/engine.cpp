@@ -19,6 +19,25 @@ static double ms_since(clock_type::time_point t0) {
 static constexpr int kCtxPad = 256;   // attended cache length granularity (as llama.cpp's get_n_kv)
 static int round_up(int x, int to) { return (x + to - 1) / to * to; }
 
+namespace {
+// The rollback replay of k tokens (graph.h, add_qwen35_replay) in a context of its own.
+struct ReplayGraph {
+    ggml_context * ctx = nullptr;
+    ggml_cgraph * gf = nullptr;
+    ReplayGraph(const Model & m, const KvCache & kv, int k) {
+        const size_t n_nodes = size_t(32 * m.hp.n_layer + 16);
+        ggml_init_params ip = {ggml_tensor_overhead() * n_nodes + ggml_graph_overhead_custom(n_nodes, false), nullptr, true};
+        ctx = ggml_init(ip);
+        if (!ctx) throw Error(LUCE_ERR_MEMORY, "cannot create the rollback replay graph");
+        gf = ggml_new_graph_custom(ctx, n_nodes, false);
+        add_qwen35_replay(ctx, gf, m, kv, k);
+    }
+    ~ReplayGraph() { ggml_free(ctx); }
+    ReplayGraph(const ReplayGraph &) = delete;
+    ReplayGraph & operator=(const ReplayGraph &) = delete;
+};
+} // namespace
+
 static luce_engine_params normalized(const Model & m, luce_engine_params p) {
     if (p.n_ctx <= 0) p.n_ctx = std::min(m.hp.n_ctx_train, 8192);
     p.n_ctx = round_up(p.n_ctx, kCtxPad);
@@ -34,6 +53,20 @@ static int64_t matmul_width(const HParams & hp) {
                      int64_t(hp.ssm_heads) * hp.ssm_state});
 }
 
+// Rollback by replay (kv_cache.h) for these parameters.
+static bool rollback_by_replay(const Model & m, const luce_engine_params & p) {
+    return m.hp.hybrid() && p.n_verify_max > 0 && KvCache::replay_requested();
+}
+
+// Scratch of the replay graph: one DeltaNet layer's intermediates at a time (conv window, conv
+// output, normed q/k, outputs and state), twice over for the allocator's placement.
+static uint64_t replay_scratch_bound(const HParams & hp, int n) {
+    const uint64_t S = uint64_t(hp.ssm_state), Hk = uint64_t(hp.ssm_groups), Hv = uint64_t(hp.ssm_heads);
+    const uint64_t C = uint64_t(hp.conv_channels()), W = uint64_t(hp.ssm_conv - 1), N = uint64_t(n);
+    const uint64_t layer = 4 * ((W + N) * C + 2 * C * N + 4 * Hk * S * N + S * Hv * (N + S));
+    return 2 * layer + (1u << 20);
+}
+
 luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params) {
     const luce_engine_params p = normalized(m, params);
     const HParams & hp = m.hp;
@@ -42,7 +75,8 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     plan.n_ctx = p.n_ctx;
     plan.weights = m.weight_bytes;
     plan.kv_cache = KvCache::attention_bytes(hp, p.n_ctx, tk, tv);
-    plan.recurrent = hp.hybrid() ? KvCache::recurrent_bytes(hp, p.n_verify_max) : 0;
+    const bool replay = rollback_by_replay(m, p);
+    plan.recurrent = hp.hybrid() ? KvCache::recurrent_bytes(hp, p.n_verify_max, replay) : 0;
     // Scratch of the largest graph (one micro-batch attending the full cache): live activations,
     // the mask, and on GPUs the F16 copy of a quantized K/V that batched attention makes.
     const uint64_t nb = uint64_t(p.n_batch), E = uint64_t(hp.n_embd), F = uint64_t(hp.n_ff);
@@ -50,6 +84,7 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     uint64_t compute = nb * (4 * E + 3 * F + 4 * QD + 2 * KVD) * 4 + uint64_t(p.n_ctx) * nb * 2 + uint64_t(hp.n_vocab) * 4;
     if (!device_is_cpu(m.dev) && (ggml_is_quantized(tk) || ggml_is_quantized(tv))) compute += 2 * uint64_t(p.n_ctx) * KVD * 2;
     if (!device_is_cpu(m.dev)) compute += small_batch_scratch_bound(matmul_width(hp));
+    if (replay) compute += replay_scratch_bound(hp, p.n_verify_max);
     plan.compute = compute;
     plan.outputs = uint64_t(hp.n_vocab) * 4 * nb;
     plan.total = plan.weights + plan.kv_cache + plan.recurrent + plan.compute + plan.outputs;
@@ -89,7 +124,7 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
     if (!m_.hp.hybrid()) set_backend_abort(cpu_backend_ ? cpu_backend_ : backend_, abort_cb, &cancel_);
 
     kv_.allocate(m_, params_.n_ctx, cache_ggml_type(params_.type_k), cache_ggml_type(params_.type_v), params_.kv_rotation,
-                 params_.n_verify_max);
+                 params_.n_verify_max, rollback_by_replay(m_, params_));
     sched_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), graph_max_nodes(m_), false, true);
     if (!sched_) throw Error(LUCE_ERR_DEVICE, "cannot create the graph scheduler");
     if (!device_is_cpu(m_.dev)) small_batch_ = make_small_batch_runner(backend_);
@@ -100,6 +135,7 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
 
 Engine::~Engine() {
     graph_.reset();
+    if (replay_alloc_) ggml_gallocr_free(replay_alloc_);
     small_batch_.reset();   // its events and stream belong to backend_'s device: gone before it is
     if (sched_) ggml_backend_sched_free(sched_);
     if (cpu_backend_) ggml_backend_free(cpu_backend_);
@@ -115,6 +151,14 @@ void Engine::reserve_worst_case() {
     uint64_t compute = 0;
     for (int i = 0; i < ggml_backend_sched_get_n_backends(sched_); ++i) {
         compute += ggml_backend_sched_get_buffer_size(sched_, ggml_backend_sched_get_backend(sched_, i));
+    }
+    if (kv_.replay) {   // the replay graph's scratch, for the longest verify
+        replay_alloc_ = ggml_gallocr_new(ggml_backend_dev_buffer_type(m_.dev));
+        ReplayGraph worst(m_, kv_, kv_.n_verify_max);
+        if (!replay_alloc_ || !ggml_gallocr_reserve(replay_alloc_, worst.gf)) {
+            throw Error(LUCE_ERR_MEMORY, "cannot reserve the rollback replay's scratch on " + m_.device_name);
+        }
+        compute += ggml_gallocr_get_buffer_size(replay_alloc_, 0);
     }
     // measured now, plus what the small-batch kernels may hold
     plan_.compute = compute + (small_batch_ ? small_batch_scratch_bound(matmul_width(m_.hp)) : 0);
@@ -425,7 +469,13 @@ void Engine::commit(int32_t k) {
     }
     const size_t n0 = tokens_.size() - size_t(pending_);
     const HParams & hp = m_.hp;
-    if (hp.hybrid() && k > 0) restore_recurrent_after(k);
+    if (hp.hybrid() && k > 0) {
+        if (kv_.replay) {
+            replay_recurrent(k);
+        } else {
+            restore_recurrent_after(k);
+        }
+    }
     tokens_.resize(n0 + size_t(k));   // KV cells past this are hidden by the mask
     if (k > 0) {
         logits_.keep_only(k - 1);
@@ -466,6 +516,17 @@ void Engine::restore_recurrent_after(int32_t k) {
     const ggml_status st = ggml_backend_graph_compute(backend_, gf);
     ggml_free(ctx);
     if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, "restoring the recurrent state failed on " + m_.device_name);
+}
+
+// Recurrent state after provisional token k-1 of the pending verify, recomputed from the state
+// before it: the replay graph (add_qwen35_replay) on its own scratch.
+void Engine::replay_recurrent(int32_t k) {
+    ReplayGraph rg(m_, kv_, k);
+    if (!ggml_gallocr_alloc_graph(replay_alloc_, rg.gf)) {
+        throw Error(LUCE_ERR_MEMORY, "cannot allocate the rollback replay's scratch on " + m_.device_name);
+    }
+    const ggml_status st = ggml_backend_graph_compute(backend_, rg.gf);
+    if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, "replaying the recurrent state failed on " + m_.device_name);
 }
 
 void Engine::save_state(std::vector<uint8_t> & out) const {

@@ -8,6 +8,7 @@
 #include "sampler.h"
 #include "small_batch_runner.h"
 
+#include "ggml-alloc.h"
 #include "ggml-backend.h"
 
 #include <atomic>
@@ -70,7 +71,8 @@ private:
         LogitRows::Saved logits;               // last row at that point (argmax -1 if none)
     };
     std::vector<Checkpoint> checkpoints_;      // ascending n_past
-    void restore_recurrent_after(int32_t k);
+    void restore_recurrent_after(int32_t k);   // from the snapshots
+    void replay_recurrent(int32_t k);          // by replay (kv_.replay)
     void save_state(std::vector<uint8_t> & out) const;
     void load_state(const std::vector<uint8_t> & in);
     void replay_tokens(const int32_t * toks, size_t n);
@@ -87,6 +89,7 @@ private:
     ggml_backend_t backend_ = nullptr;       // the model's device
     ggml_backend_t cpu_backend_ = nullptr;   // fallback for ops the device lacks (null when device is CPU)
     ggml_backend_sched_t sched_ = nullptr;
+    ggml_gallocr_t replay_alloc_ = nullptr;   // the replay graph's scratch (kv_.replay), reserved for n_verify_max
     std::unique_ptr<ForwardGraph> graph_;    // last built graph, replayed while the shape repeats
     std::unique_ptr<SmallBatchRunner> small_batch_;   // CUDA: few-token graphs with our matmul kernels
     bool graph_piecewise_ = false;           // graph_ runs on small_batch_ (else on the scheduler)

@@ -16,7 +16,7 @@ struct GraphShape {
     int n_tokens = 0;
     int n_kv = 0;           // cache cells attended: used length rounded up to 256
     bool logits_all = false;
-    bool verify = false;    // hybrid: keep per-token states in the snapshot buffers, not in the state
+    bool verify = false;    // hybrid: leave the state; keep what rollback needs (kv_cache.h)
     bool operator==(const GraphShape & o) const {
         return n_tokens == o.n_tokens && n_kv == o.n_kv && logits_all == o.logits_all && verify == o.verify;
     }
@@ -41,6 +41,9 @@ size_t graph_max_nodes(const Model & m);
 std::unique_ptr<ForwardGraph> build_graph(const Model & m, const KvCache & kv, GraphShape shape);
 std::unique_ptr<ForwardGraph> build_dense_graph(const Model & m, const KvCache & kv, GraphShape shape);
 std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const KvCache & kv, GraphShape shape);
+// Rollback by replay (kv.replay): adds to gf the recurrence of the pending verify's first k tokens
+// from each DeltaNet layer's state, written back in place, and the conv window that ends at token k.
+void add_qwen35_replay(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv, int k);
 
 // Shared blocks (graph_dense.cpp)
 ggml_tensor * rms_norm_w(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps);

@@ -8,6 +8,41 @@
 
 namespace luce {
 
+struct DeltaInputs {
+    ggml_tensor *q, *k, *v;   // [S, Hk, n], [S, Hk, n], [S, Hv, n]
+};
+
+// The recurrence's q, k (L2-normed) and v of n tokens, from their causal conv window xin
+// [Kc-1+n, C] (contiguous): the same nodes for a forward pass and for a rollback's replay, so both
+// round alike.
+static DeltaInputs conv_qkv(ggml_context * ctx, const HParams & hp, const LayerWeights & L, ggml_tensor * xin, int64_t n) {
+    const int64_t S = hp.ssm_state, Hk = hp.ssm_groups, Hv = hp.ssm_heads, C = hp.conv_channels(), Kc = hp.ssm_conv;
+    ggml_tensor * c = ggml_silu(ctx, ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xin, Kc - 1 + n, C, 1), L.ssm_conv1d));   // [C, n, 1]
+
+    const size_t f = ggml_element_size(c);
+    ggml_tensor * v = ggml_view_4d(ctx, c, S, Hv, n, 1, S * f, C * f, C * n * f, size_t(2 * Hk * S) * f);
+    // L2 norm per head: x / sqrt(Σx² + eps), as rms_norm with eps/S scaled back by 1/sqrt(S).
+    // q and k heads are adjacent in each row of c, so one norm and one scale serve both.
+    const float inv_sqrt_s = 1.0f / std::sqrt(float(S));
+    ggml_tensor * qk = ggml_view_4d(ctx, c, S, 2 * Hk, n, 1, S * f, C * f, C * n * f, 0);
+    qk = ggml_scale(ctx, ggml_rms_norm(ctx, qk, hp.rms_eps / float(S)), inv_sqrt_s);   // [S, 2·Hk, n]
+    ggml_tensor * q = ggml_view_4d(ctx, qk, S, Hk, n, 1, qk->nb[1], qk->nb[2], qk->nb[3], 0);
+    ggml_tensor * k = ggml_view_4d(ctx, qk, S, Hk, n, 1, qk->nb[1], qk->nb[2], qk->nb[3], size_t(Hk) * qk->nb[1]);
+    return {q, k, v};
+}
+
+// The recurrence over n tokens from the layer's state; the state after the last token is written
+// back into it (K = 1), as one node ggml-cuda fuses into the kernel. Returns the outputs [S, Hv, n].
+static ggml_tensor * recur_in_place(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * ssm_state, const DeltaInputs & in,
+                                    ggml_tensor * g, ggml_tensor * beta) {
+    const int64_t S = in.v->ne[0], Hv = in.v->ne[1], n = in.v->ne[2], D = S * S * Hv;
+    ggml_tensor * r = ggml_gated_delta_net(ctx, in.q, in.k, in.v, g, beta, ssm_state, 1);   // [S·Hv, n + S]
+    const size_t f = ggml_element_size(r);
+    ggml_tensor * state = ggml_view_4d(ctx, r, S, S, Hv, 1, S * f, S * S * f, S * S * Hv * f, size_t(S * Hv * n) * f);
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, state, ggml_view_3d(ctx, ssm_state, D, 1, 1, D * f, D * f, 0)));
+    return ggml_view_4d(ctx, r, S, Hv, n, 1, S * f, S * Hv * f, S * Hv * n * f, 0);
+}
+
 // DeltaNet mixer (§2.1.2): returns [E, n] and writes the layer's new conv and recurrent state.
 static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv, int il,
                                ggml_tensor * h, int64_t n, bool verify) {
@@ -40,28 +75,29 @@ static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model
         ggml_tensor * last = ggml_view_2d(ctx, xin, Kc - 1, C, xin->nb[1], size_t(n) * ggml_element_size(xin));
         ggml_build_forward_expand(gf, ggml_cpy(ctx, last, conv_state));
     }
-    ggml_tensor * c = ggml_silu(ctx, ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xin, Kc - 1 + n, C, 1), L.ssm_conv1d));   // [C, n, 1]
+    const DeltaInputs in = conv_qkv(ctx, hp, L, xin, n);
 
-    const size_t f = ggml_element_size(c);
-    ggml_tensor * v = ggml_view_4d(ctx, c, S, Hv, n, 1, S * f, C * f, C * n * f, size_t(2 * Hk * S) * f);
-    // L2 norm per head: x / sqrt(Σx² + eps), as rms_norm with eps/S scaled back by 1/sqrt(S).
-    // q and k heads are adjacent in each row of c, so one norm and one scale serve both.
-    const float inv_sqrt_s = 1.0f / std::sqrt(float(S));
-    ggml_tensor * qk = ggml_view_4d(ctx, c, S, 2 * Hk, n, 1, S * f, C * f, C * n * f, 0);
-    qk = ggml_scale(ctx, ggml_rms_norm(ctx, qk, hp.rms_eps / float(S)), inv_sqrt_s);   // [S, 2·Hk, n]
-    ggml_tensor * q = ggml_view_4d(ctx, qk, S, Hk, n, 1, qk->nb[1], qk->nb[2], qk->nb[3], 0);
-    ggml_tensor * k = ggml_view_4d(ctx, qk, S, Hk, n, 1, qk->nb[1], qk->nb[2], qk->nb[3], size_t(Hk) * qk->nb[1]);
-
-    // K state slots after the outputs: slot s = state after token n-1-s (verify keeps one per token)
-    const int64_t K = verify ? n : 1;
-    ggml_tensor * r = ggml_gated_delta_net(ctx, q, k, v, g, beta, ssm_state, K);   // [S·Hv, n + K·S]
-    ggml_tensor * o = ggml_view_4d(ctx, r, S, Hv, n, 1, S * f, S * Hv * f, S * Hv * n * f, 0);
-    ggml_tensor * states = ggml_view_4d(ctx, r, S, S, Hv, K, S * f, S * S * f, S * S * Hv * f, size_t(S * Hv * n) * f);
-    // Destination as a [S·S·Hv, 1, K] view: the shape ggml-cuda recognises to have the kernel write
-    // the states straight into the cache instead of copying them afterwards.
-    const int64_t D = S * S * Hv;
-    ggml_tensor * dst = ggml_view_3d(ctx, verify ? kv.ssm_snap[size_t(il)] : ssm_state, D, 1, K, D * f, D * f, 0);
-    ggml_build_forward_expand(gf, ggml_cpy(ctx, states, dst));
+    ggml_tensor * o;
+    if (!verify) {
+        o = recur_in_place(ctx, gf, ssm_state, in, g, beta);
+    } else if (kv.replay) {
+        // the state stays; commit(k) replays the recurrence from the kept window, decay and beta
+        const size_t f = ggml_element_size(g);
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, g, ggml_view_2d(ctx, kv.replay_g[size_t(il)], Hv, n, Hv * f, 0)));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, beta, ggml_view_2d(ctx, kv.replay_beta[size_t(il)], Hv, n, Hv * f, 0)));
+        ggml_tensor * r = ggml_gated_delta_net(ctx, in.q, in.k, in.v, g, beta, ssm_state, 1);   // [S·Hv, n + S]
+        o = ggml_view_4d(ctx, r, S, Hv, n, 1, S * f, S * Hv * f, S * Hv * n * f, 0);
+    } else {
+        // one state slot per token after the outputs: slot s = state after token n-1-s
+        ggml_tensor * r = ggml_gated_delta_net(ctx, in.q, in.k, in.v, g, beta, ssm_state, n);   // [S·Hv, n + n·S]
+        const size_t f = ggml_element_size(r);
+        o = ggml_view_4d(ctx, r, S, Hv, n, 1, S * f, S * Hv * f, S * Hv * n * f, 0);
+        ggml_tensor * states = ggml_view_4d(ctx, r, S, S, Hv, n, S * f, S * S * f, S * S * Hv * f, size_t(S * Hv * n) * f);
+        // Destination as a [S·S·Hv, 1, n] view: the shape ggml-cuda recognises to have the kernel
+        // write the states straight into the snapshots instead of copying them afterwards.
+        const int64_t D = S * S * Hv;
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, states, ggml_view_3d(ctx, kv.ssm_snap[size_t(il)], D, 1, n, D * f, D * f, 0)));
+    }
 
     ggml_tensor * on = rms_norm_w(ctx, o, L.ssm_norm, hp.rms_eps);   // gated norm: norm(o) · silu(z)
     if (ggml_is_contiguous(z)) {
@@ -112,6 +148,24 @@ std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const KvCache 
     }
     finish_logits(ctx, *g, m, kv, x);
     return g;
+}
+
+void add_qwen35_replay(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv, int k) {
+    const HParams & hp = m.hp;
+    const int64_t C = hp.conv_channels(), W = hp.ssm_conv - 1, Hv = hp.ssm_heads;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (!hp.is_recurrent(il)) continue;
+        const LayerWeights & L = m.layers[size_t(il)];
+        ggml_tensor * hist = kv.conv_hist[size_t(il)];
+        const size_t f = ggml_element_size(hist);
+        // the window of the first k tokens, contiguous as the forward pass had it
+        ggml_tensor * xin = ggml_cont(ctx, ggml_view_2d(ctx, hist, W + k, C, hist->nb[1], 0));
+        const DeltaInputs in = conv_qkv(ctx, hp, L, xin, k);
+        ggml_tensor * g = ggml_reshape_4d(ctx, ggml_view_2d(ctx, kv.replay_g[size_t(il)], Hv, k, Hv * f, 0), 1, Hv, k, 1);
+        ggml_tensor * beta = ggml_reshape_4d(ctx, ggml_view_2d(ctx, kv.replay_beta[size_t(il)], Hv, k, Hv * f, 0), 1, Hv, k, 1);
+        recur_in_place(ctx, gf, kv.ssm[size_t(il)], in, g, beta);
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_view_2d(ctx, hist, W, C, hist->nb[1], size_t(k) * f), kv.conv[size_t(il)]));
+    }
 }
 
 } // namespace luce

@@ -1,10 +1,13 @@
 #include "kv_cache.h"
+
 #include "device.h"
 #include "error.h"
 
 #include "ggml-alloc.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 namespace luce {
 
@@ -59,11 +62,16 @@ uint64_t KvCache::attention_bytes(const HParams & hp, int n_ctx, ggml_type tk, g
     return total;
 }
 
-uint64_t KvCache::recurrent_bytes(const HParams & hp, int n_verify_max) {
-    return bytes_needed(hp, 0, GGML_TYPE_F16, GGML_TYPE_F16, n_verify_max);
+bool KvCache::replay_requested() {
+    const char * e = std::getenv("LUCE_ROLLBACK");
+    return e && std::string(e) == "replay";
 }
 
-uint64_t KvCache::bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv, int n_verify_max) {
+uint64_t KvCache::recurrent_bytes(const HParams & hp, int n_verify_max, bool replay) {
+    return bytes_needed(hp, 0, GGML_TYPE_F16, GGML_TYPE_F16, n_verify_max, replay);
+}
+
+uint64_t KvCache::bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv, int n_verify_max, bool replay) {
     const int64_t row = int64_t(hp.head_dim) * hp.n_head_kv;
     uint64_t total = 0;
     for (int il = 0; il < hp.n_layer; ++il) {
@@ -71,7 +79,8 @@ uint64_t KvCache::bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml
             const uint64_t state = uint64_t(hp.ssm_state) * hp.ssm_state * hp.ssm_heads;
             total += 4ull * (uint64_t(hp.ssm_conv - 1) * hp.conv_channels() + state);
             if (n_verify_max > 0) {
-                total += 4ull * (uint64_t(hp.ssm_conv - 1 + n_verify_max) * hp.conv_channels() + state * n_verify_max);
+                const uint64_t per_token = replay ? 2ull * hp.ssm_heads : state;   // decay and beta, or a snapshot
+                total += 4ull * (uint64_t(hp.ssm_conv - 1 + n_verify_max) * hp.conv_channels() + per_token * n_verify_max);
             }
         } else {
             total += uint64_t(n_ctx) * (ggml_row_size(tk, row) + ggml_row_size(tv, row));
@@ -80,8 +89,10 @@ uint64_t KvCache::bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml
     return total;
 }
 
-void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv, bool rotate, int n_verify_max_in) {
+void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv, bool rotate, int n_verify_max_in,
+                       bool replay_in) {
     n_verify_max = n_verify_max_in;
+    replay = replay_in && n_verify_max > 0 && m.hp.hybrid();
     const HParams & hp = m.hp;
     n_ctx = n_ctx_in;
     type_k = tk;
@@ -95,7 +106,7 @@ void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv
                                                   std::to_string(hp.head_dim) + "); use --cache-type f16");
         }
     }
-    ggml_init_params ip = {ggml_tensor_overhead() * size_t(4 * hp.n_layer + 4), nullptr, true};
+    ggml_init_params ip = {ggml_tensor_overhead() * size_t(6 * hp.n_layer + 4), nullptr, true};
     ctx = ggml_init(ip);
     for (int il = 0; il < hp.n_layer; ++il) {
         if (hp.is_recurrent(il)) {
@@ -105,19 +116,22 @@ void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv
             ssm.push_back(ggml_new_tensor_4d(ctx, GGML_TYPE_F32, hp.ssm_state, hp.ssm_state, hp.ssm_heads, 1));
             ggml_format_name(conv.back(), "conv_state_l%d", il);
             ggml_format_name(ssm.back(), "ssm_state_l%d", il);
-            if (n_verify_max > 0 && hp.hybrid()) {
-                conv_hist.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.ssm_conv - 1 + n_verify_max, hp.conv_channels()));
-                ssm_snap.push_back(ggml_new_tensor_4d(ctx, GGML_TYPE_F32, hp.ssm_state, hp.ssm_state, hp.ssm_heads, n_verify_max));
-            } else {
-                conv_hist.push_back(nullptr);
-                ssm_snap.push_back(nullptr);
-            }
+            const bool rollback = n_verify_max > 0 && hp.hybrid();
+            conv_hist.push_back(rollback ? ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.ssm_conv - 1 + n_verify_max, hp.conv_channels())
+                                         : nullptr);
+            ssm_snap.push_back(rollback && !replay
+                                   ? ggml_new_tensor_4d(ctx, GGML_TYPE_F32, hp.ssm_state, hp.ssm_state, hp.ssm_heads, n_verify_max)
+                                   : nullptr);
+            replay_g.push_back(replay ? ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.ssm_heads, n_verify_max) : nullptr);
+            replay_beta.push_back(replay ? ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.ssm_heads, n_verify_max) : nullptr);
             continue;
         }
         conv.push_back(nullptr);
         ssm.push_back(nullptr);
         conv_hist.push_back(nullptr);
         ssm_snap.push_back(nullptr);
+        replay_g.push_back(nullptr);
+        replay_beta.push_back(nullptr);
         k.push_back(ggml_new_tensor_2d(ctx, tk, row, n_ctx));
         v.push_back(ggml_new_tensor_2d(ctx, tv, row, n_ctx));
         ggml_format_name(k.back(), "cache_k_l%d", il);
@@ -130,7 +144,7 @@ void KvCache::allocate(const Model & m, int n_ctx_in, ggml_type tk, ggml_type tv
 
     buffer = ggml_backend_alloc_ctx_tensors_from_buft(ctx, ggml_backend_dev_buffer_type(m.dev));
     if (!buffer) {
-        throw Error(LUCE_ERR_MEMORY, "cannot allocate " + format_bytes(bytes_needed(hp, n_ctx, tk, tv)) +
+        throw Error(LUCE_ERR_MEMORY, "cannot allocate " + format_bytes(bytes_needed(hp, n_ctx, tk, tv, n_verify_max, replay)) +
                                          " for the KV cache on " + m.device_name + "; lower --max-ctx or use a smaller --cache-type");
     }
     ggml_backend_buffer_clear(buffer, 0);

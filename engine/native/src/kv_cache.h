@@ -24,10 +24,13 @@ struct KvCache {
     std::vector<ggml_tensor *> k, v;          // per layer; null for recurrent layers
     std::vector<ggml_tensor *> conv, ssm;     // per layer; F32 DeltaNet state, null for attention layers
     // Rollback buffers for verification (DeltaNet layers): the conv input window of the batch
-    // [Kc-1+n_verify_max, C] and the state after each token [S, S, Hv, n_verify_max] (slot s =
-    // s tokens before the last).
-    std::vector<ggml_tensor *> conv_hist, ssm_snap;
+    // [Kc-1+n_verify_max, C], and either the state after each token [S, S, Hv, n_verify_max] (slot
+    // s = s tokens before the last), or, when rolling back by replay (LUCE_ROLLBACK=replay,
+    // ALGORITHMS.md §1.6), the batch's decay and beta [Hv, n_verify_max] from which commit(k)
+    // recomputes the state of k tokens: 1/S² of the snapshots' memory, a recurrence per commit.
+    std::vector<ggml_tensor *> conv_hist, ssm_snap, replay_g, replay_beta;
     int n_verify_max = 0;
+    bool replay = false;
 
     // Hidden-state capture ring: one [n_embd, ring] tensor per captured layer.
     struct Capture {
@@ -46,11 +49,15 @@ struct KvCache {
     ggml_context * ctx = nullptr;
     ggml_backend_buffer_t buffer = nullptr;
 
-    static uint64_t bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv, int n_verify_max = 0);
+    // LUCE_ROLLBACK=replay in the environment (when an engine is planned or made): roll back by
+    // replay, not snapshots.
+    static bool replay_requested();
+    static uint64_t bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv, int n_verify_max = 0,
+                                 bool replay = false);
     static uint64_t attention_bytes(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv);
-    static uint64_t recurrent_bytes(const HParams & hp, int n_verify_max);   // states + rollback buffers
+    static uint64_t recurrent_bytes(const HParams & hp, int n_verify_max, bool replay);   // states + rollback buffers
     void clear_recurrent_state();   // zero the DeltaNet states (start of a context)
-    void allocate(const Model & m, int n_ctx, ggml_type tk, ggml_type tv, bool rotate, int n_verify_max);   // throws
+    void allocate(const Model & m, int n_ctx, ggml_type tk, ggml_type tv, bool rotate, int n_verify_max, bool replay);   // throws
     ~KvCache();
 };
 
