@@ -19,24 +19,6 @@ static double ms_since(clock_type::time_point t0) {
 static constexpr int kCtxPad = 256;   // attended cache length granularity (as llama.cpp's get_n_kv)
 static int round_up(int x, int to) { return (x + to - 1) / to * to; }
 
-namespace {
-// The rollback replay of k tokens (graph.h, add_qwen35_replay) in a context of its own.
-struct ReplayGraph {
-    ggml_context * ctx = nullptr;
-    ggml_cgraph * gf = nullptr;
-    ReplayGraph(const Model & m, const KvCache & kv, int k) {
-        const size_t n_nodes = size_t(32 * m.hp.n_layer + 16);
-        ggml_init_params ip = {ggml_tensor_overhead() * n_nodes + ggml_graph_overhead_custom(n_nodes, false), nullptr, true};
-        ctx = ggml_init(ip);
-        if (!ctx) throw Error(LUCE_ERR_MEMORY, "cannot create the rollback replay graph");
-        gf = ggml_new_graph_custom(ctx, n_nodes, false);
-        add_qwen35_replay(ctx, gf, m, kv, k);
-    }
-    ~ReplayGraph() { ggml_free(ctx); }
-    ReplayGraph(const ReplayGraph &) = delete;
-    ReplayGraph & operator=(const ReplayGraph &) = delete;
-};
-} // namespace
 
 static luce_engine_params normalized(const Model & m, luce_engine_params p) {
     if (p.n_ctx <= 0) p.n_ctx = std::min(m.hp.n_ctx_train, 8192);
@@ -154,7 +136,7 @@ void Engine::reserve_worst_case() {
     }
     if (kv_.replay) {   // the replay graph's scratch, for the longest verify
         replay_alloc_ = ggml_gallocr_new(ggml_backend_dev_buffer_type(m_.dev));
-        ReplayGraph worst(m_, kv_, kv_.n_verify_max);
+        const ReplayGraph worst(m_, kv_, kv_.n_verify_max);
         if (!replay_alloc_ || !ggml_gallocr_reserve(replay_alloc_, worst.gf)) {
             throw Error(LUCE_ERR_MEMORY, "cannot reserve the rollback replay's scratch on " + m_.device_name);
         }
@@ -519,9 +501,11 @@ void Engine::restore_recurrent_after(int32_t k) {
 }
 
 // Recurrent state after provisional token k-1 of the pending verify, recomputed from the state
-// before it: the replay graph (add_qwen35_replay) on its own scratch.
+// before it: the replay graph of k tokens (add_qwen35_replay) on its own scratch, reserved at start
+// for the longest verify. (Built per commit: a kept graph would keep its tensors' addresses from an
+// earlier allocation, which ggml-alloc does not renew and which a reallocation would leave dangling.)
 void Engine::replay_recurrent(int32_t k) {
-    ReplayGraph rg(m_, kv_, k);
+    const ReplayGraph rg(m_, kv_, k);
     if (!ggml_gallocr_alloc_graph(replay_alloc_, rg.gf)) {
         throw Error(LUCE_ERR_MEMORY, "cannot allocate the rollback replay's scratch on " + m_.device_name);
     }

@@ -44,6 +44,15 @@ std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const KvCache 
 // Rollback by replay (kv.replay): adds to gf the recurrence of the pending verify's first k tokens
 // from each DeltaNet layer's state, written back in place, and the conv window that ends at token k.
 void add_qwen35_replay(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv, int k);
+// That replay for k tokens in a context of its own.
+struct ReplayGraph {
+    ggml_context * ctx = nullptr;
+    ggml_cgraph * gf = nullptr;
+    ReplayGraph(const Model & m, const KvCache & kv, int k);   // throws
+    ~ReplayGraph();
+    ReplayGraph(const ReplayGraph &) = delete;
+    ReplayGraph & operator=(const ReplayGraph &) = delete;
+};
 
 // Shared blocks (graph_dense.cpp)
 ggml_tensor * rms_norm_w(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps);

@@ -2,6 +2,7 @@
 // layers update their conv window and recurrent state in place; gated attention layers use the
 // KV cache with partial IMROPE. Shapes are for one sequence (B = 1).
 #include "graph.h"
+#include "error.h"
 #include "weight_fusion.h"
 
 #include <cmath>
@@ -149,6 +150,17 @@ std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const KvCache 
     finish_logits(ctx, *g, m, kv, x);
     return g;
 }
+
+ReplayGraph::ReplayGraph(const Model & m, const KvCache & kv, int k) {
+    const size_t n_nodes = size_t(32 * m.hp.n_layer + 16);   // ~12 nodes a DeltaNet layer
+    ggml_init_params ip = {ggml_tensor_overhead() * n_nodes + ggml_graph_overhead_custom(n_nodes, false), nullptr, true};
+    ctx = ggml_init(ip);
+    if (!ctx) throw Error(LUCE_ERR_MEMORY, "cannot create the rollback replay graph");
+    gf = ggml_new_graph_custom(ctx, n_nodes, false);
+    add_qwen35_replay(ctx, gf, m, kv, k);
+}
+
+ReplayGraph::~ReplayGraph() { ggml_free(ctx); }
 
 void add_qwen35_replay(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv, int k) {
     const HParams & hp = m.hp;
