@@ -152,7 +152,7 @@ std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const KvCache 
 }
 
 ReplayGraph::ReplayGraph(const Model & m, const KvCache & kv, int k) {
-    const size_t n_nodes = size_t(32 * m.hp.n_layer + 16);   // ~12 nodes a DeltaNet layer
+    const size_t n_nodes = size_t(32 * m.hp.n_layer + 16);   // about 21 tensors a DeltaNet layer
     ggml_init_params ip = {ggml_tensor_overhead() * n_nodes + ggml_graph_overhead_custom(n_nodes, false), nullptr, true};
     ctx = ggml_init(ip);
     if (!ctx) throw Error(LUCE_ERR_MEMORY, "cannot create the rollback replay graph");
