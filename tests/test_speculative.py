@@ -64,12 +64,15 @@ def model_for(arch: str, tmp_path) -> Model:
 NEAR_TIE = 1e-2   # relative top-2 gap below which a batch shape's rounding may flip a greedy token
 
 
+def has_kquants(model: Model) -> bool:
+    return "q4_K" in model.weight_types or "q6_K" in model.weight_types
+
+
 def near_tie_bound(model: Model) -> float:
     """K-quants on a GPU: batch shapes may move logits by KQUANT_GPU_BATCH_SHAPE_RTOL of the largest
     (what test_engine allows them too), enough to close a top-2 gap of that size. Measured on the
     H200: ggml's own kernels alone (LUCE_SMALL_BATCH_GEMM=0) flip a token at a gap of 1.72e-2."""
-    kquant = "q4_K" in model.weight_types or "q6_K" in model.weight_types
-    return KQUANT_GPU_BATCH_SHAPE_RTOL if kquant and DEVICE != "cpu" else NEAR_TIE
+    return KQUANT_GPU_BATCH_SHAPE_RTOL if has_kquants(model) and DEVICE != "cpu" else NEAR_TIE
 
 
 def assert_greedy_matches(model, p, got, plain, cache="f16"):
@@ -79,7 +82,7 @@ def assert_greedy_matches(model, p, got, plain, cache="f16"):
     if got == plain:
         return
     k = next((i for i in range(min(len(got), len(plain))) if got[i] != plain[i]), min(len(got), len(plain)))
-    assert "q4_K" in model.weight_types or "q6_K" in model.weight_types, f"diverged at {k} on a model without K-quants"
+    assert has_kquants(model), f"diverged at {k} on a model without K-quants"
     eng = Engine(model, n_ctx=512, cache_type_k=cache, cache_type_v=cache)
     eng.prefill(p + plain[:k])
     margin = top2_margin(eng.logits())

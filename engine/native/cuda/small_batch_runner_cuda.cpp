@@ -234,7 +234,7 @@ public:
     }
 
     ggml_status compute(ggml_cgraph * gf) override {
-        const ggml_status st = ggml_stream_ ? launch_pieces_on_ggml_stream(gf) : launch_pieces(gf);
+        const ggml_status st = launch_pieces(gf);
         // on success and failure alike nothing may still run when the caller reads or rebuilds
         cudaSetDevice(device_);
         cudaStreamSynchronize(stream_);
@@ -243,9 +243,10 @@ public:
         return cudaGetLastError() == cudaSuccess ? GGML_STATUS_SUCCESS : GGML_STATUS_FAILED;
     }
 
-    // Queues every piece: ggml's on its stream, ours on stream_, ordered by the two events (when
-    // ggml's stream was not found, or LUCE_SMALL_BATCH_STREAM=own).
+    // Queues every piece: ggml's on its stream; ours there too when it was found (stream order alone
+    // orders them), else on stream_, ordered by two events (LUCE_SMALL_BATCH_STREAM=own likewise).
     ggml_status launch_pieces(ggml_cgraph * gf) {
+        const bool own_stream = !ggml_stream_;
         for (const Piece & p : pieces_) {
             if (!p.ours) {
                 const ggml_status st = ggml_backend_graph_compute_async(backend_, p.graph);
@@ -253,28 +254,14 @@ public:
                 continue;
             }
             // our stream starts when ggml's has produced the inputs; ggml's continues after ours
-            ggml_backend_event_record(to_ours_, backend_);
+            if (own_stream) ggml_backend_event_record(to_ours_, backend_);
             cudaSetDevice(device_);
-            if (cudaStreamWaitEvent(stream_, cuda_event(to_ours_), 0) != cudaSuccess) return GGML_STATUS_FAILED;
-            if (launch_matmuls(gf, p, stream_) != GGML_STATUS_SUCCESS) return GGML_STATUS_FAILED;
-            if (cudaEventRecord(cuda_event(to_ggml_), stream_) != cudaSuccess) return GGML_STATUS_FAILED;
-            ggml_backend_event_wait(backend_, to_ggml_);
-            if (check_ && !checked_) check_against_ggml(gf, p);
-        }
-        checked_ = true;
-        return GGML_STATUS_SUCCESS;
-    }
-
-    // Queues every piece on ggml's stream: stream order alone orders them, no events.
-    ggml_status launch_pieces_on_ggml_stream(ggml_cgraph * gf) {
-        for (const Piece & p : pieces_) {
-            if (!p.ours) {
-                const ggml_status st = ggml_backend_graph_compute_async(backend_, p.graph);
-                if (st != GGML_STATUS_SUCCESS) return st;
-                continue;
+            if (own_stream && cudaStreamWaitEvent(stream_, cuda_event(to_ours_), 0) != cudaSuccess) return GGML_STATUS_FAILED;
+            if (launch_matmuls(gf, p, own_stream ? stream_ : ggml_stream_) != GGML_STATUS_SUCCESS) return GGML_STATUS_FAILED;
+            if (own_stream) {
+                if (cudaEventRecord(cuda_event(to_ggml_), stream_) != cudaSuccess) return GGML_STATUS_FAILED;
+                ggml_backend_event_wait(backend_, to_ggml_);
             }
-            cudaSetDevice(device_);
-            if (launch_matmuls(gf, p, ggml_stream_) != GGML_STATUS_SUCCESS) return GGML_STATUS_FAILED;
             if (check_ && !checked_) check_against_ggml(gf, p);
         }
         checked_ = true;
