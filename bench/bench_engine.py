@@ -31,9 +31,9 @@ from luce_engine import Engine, Model, Sampling  # noqa: E402
 
 class LucePeer:
     def __init__(self, path: str, *, device: str, n_ctx: int, n_threads: int, n_batch: int = 512,
-                 n_verify_max: int = 16):
+                 n_verify_max: int = 16, **engine_params):
         self.model = Model(path, device=device, n_threads=n_threads)
-        self.engine = Engine(self.model, n_ctx=n_ctx, n_batch=n_batch, n_verify_max=n_verify_max)
+        self.engine = Engine(self.model, n_ctx=n_ctx, n_batch=n_batch, n_verify_max=n_verify_max, **engine_params)
         self.greedy = Sampling()
 
     def prefill_seconds(self, tokens: list[int]) -> float:
@@ -68,7 +68,7 @@ class LucePeer:
 
     def commit_ms(self, prompt: list[int], batch: list[int], k: int, reps: int) -> list[float]:
         """commit(k) after verify(batch): the rollback a speculative step pays when k of its tokens
-        are kept (copies from snapshots, or LUCE_ROLLBACK=replay's recurrence). Milliseconds."""
+        are kept (copies from snapshots with --rollback snapshot, or the default replay's recurrence). Milliseconds."""
         self.prefill_seconds(prompt)
         self.engine.checkpoint()   # truncating back here is then instant
         out = []
@@ -107,6 +107,7 @@ def main() -> int:
     ap.add_argument("--verify", default="", help="comma-separated batch sizes n: cost of verifying n tokens "
                                                   "in one batch, relative to one decode step (n <= 64)")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--rollback", choices=("snapshot", "replay"), default=None, help="default: the engine's")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
@@ -116,7 +117,8 @@ def main() -> int:
     n_ctx = max(prefill_lengths + [args.prompt_tokens + args.decode_tokens]) + 256
     verify_sizes = [int(x) for x in args.verify.split(",") if x]
     ours = LucePeer(path, device=args.device, n_ctx=n_ctx, n_threads=args.threads,
-                    n_verify_max=max(verify_sizes + [16]))
+                    n_verify_max=max(verify_sizes + [16]),
+                    **({"rollback": args.rollback} if args.rollback else {}))
     theirs = LlamaCppPeer(path, n_ctx=n_ctx, n_threads=args.threads, gpu=gpu)
     n_vocab = ours.model.n_vocab
     peers = {"luce": ours, "llama.cpp": theirs}

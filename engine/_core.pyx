@@ -15,6 +15,27 @@ import numpy as np
 from luce_engine.errors import STATUS_ERRORS, EngineError
 
 CACHE_TYPES = {"f16": LUCE_CACHE_F16, "q8_0": LUCE_CACHE_Q8_0, "q4_0": LUCE_CACHE_Q4_0}
+ROLLBACKS = {"snapshot": LUCE_ROLLBACK_SNAPSHOT, "replay": LUCE_ROLLBACK_REPLAY}
+
+
+def _name_of(table, int value):
+    return next(k for k, v in table.items() if v == value)
+
+
+def model_defaults():
+    """The native defaults of the model parameters (luce_model_default_params)."""
+    cdef luce_model_params p = luce_model_default_params()
+    return {"device": p.device.decode(), "use_mmap": p.use_mmap, "n_threads": p.n_threads, "plan_only": p.plan_only,
+            "fuse_weights": p.fuse_weights}
+
+
+def engine_defaults():
+    """The native defaults of the engine parameters (luce_engine_default_params)."""
+    cdef luce_engine_params p = luce_engine_default_params()
+    return {"n_ctx": p.n_ctx, "n_batch": p.n_batch, "cache_type_k": _name_of(CACHE_TYPES, p.type_k),
+            "cache_type_v": _name_of(CACHE_TYPES, p.type_v), "kv_rotation": p.kv_rotation,
+            "n_verify_max": p.n_verify_max, "rollback": _name_of(ROLLBACKS, p.rollback),
+            "small_batch_kernels": p.small_batch_kernels, "debug_piecewise": p.debug_piecewise}
 
 
 cdef inline int _check(luce_status st) except -1:
@@ -45,7 +66,7 @@ def devices():
     return out
 
 
-def cuda_small_gemm(int device, int ggml_type, w, int nrows, int k, x, int variant=0):
+def cuda_small_gemm(int device, int ggml_type, w, int nrows, int k, x):
     """y = W x on CUDA device `device` with luce's small-batch kernel (a diagnostic for tests).
     w: the quantized rows as bytes (nrows rows of k values of ggml_type); x: float32 [n, k].
     Returns float32 [n, nrows]. UnsupportedError without the CUDA kernels."""
@@ -58,7 +79,7 @@ def cuda_small_gemm(int device, int ggml_type, w, int nrows, int k, x, int varia
     cdef float[:, ::1] yv = y
     cdef int n = xs.shape[0]
     with nogil:
-        st = luce_cuda_small_gemm(device, ggml_type, &wv[0], nrows, k, &xv[0, 0], n, &yv[0, 0], variant)
+        st = luce_cuda_small_gemm(device, ggml_type, &wv[0], nrows, k, &xv[0, 0], n, &yv[0, 0])
     _check(st)
     return y
 
@@ -73,7 +94,7 @@ cdef class CoreModel:
     cdef luce_model * ptr
     cdef readonly str path
 
-    def __cinit__(self, str path, str device="auto", bint use_mmap=True, int n_threads=0, bint plan_only=False):
+    def __cinit__(self, str path, str device, bint use_mmap, int n_threads, bint plan_only, bint fuse_weights):
         cdef luce_model_params params = luce_model_default_params()
         cdef bytes bpath = path.encode()
         cdef bytes bdev = device.encode()
@@ -82,6 +103,7 @@ cdef class CoreModel:
         params.use_mmap = use_mmap
         params.n_threads = n_threads
         params.plan_only = plan_only
+        params.fuse_weights = fuse_weights
         cdef luce_status st
         self.path = path
         with nogil:
@@ -104,28 +126,35 @@ cdef class CoreModel:
             "n_fused": luce_model_n_fused(self.ptr),
         }
 
-    def plan(self, int n_ctx=0, int n_batch=512, str cache_type_k="f16", str cache_type_v="f16", bint kv_rotation=True,
-             int n_verify_max=16, bint check=True):
-        """Memory plan for an engine with these settings; raises InsufficientMemoryError if it does not fit."""
-        cdef luce_engine_params ep = _engine_params(n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation)
+    def plan(self, dict engine_params, bint check=True):
+        """Memory plan for an engine with these settings (engine_defaults()' keys); raises
+        InsufficientMemoryError if it does not fit."""
+        cdef luce_engine_params ep = _engine_params(engine_params)
         cdef luce_memory_plan plan
-        ep.n_verify_max = n_verify_max
         cdef luce_status st = luce_engine_plan(self.ptr, ep, &plan)
         if st != LUCE_OK and not (st == LUCE_ERR_MEMORY and not check):
             raise_status(st)
         return _plan_dict(&plan)
 
 
-cdef luce_engine_params _engine_params(int n_ctx, int n_batch, str tk, str tv, bint rot) except *:
-    for name, value in (("cache_type_k", tk), ("cache_type_v", tv)):
-        if value not in CACHE_TYPES:
-            raise ValueError(f"{name} must be one of {', '.join(CACHE_TYPES)}, not {value!r}")
+cdef luce_engine_params _engine_params(dict kw) except *:
+    """luce_engine_default_params() with the entries of kw (engine_defaults()' keys) on top."""
+    unknown = set(kw) - set(engine_defaults())
+    if unknown:
+        raise TypeError(f"unknown engine parameter(s): {', '.join(sorted(unknown))}")
+    for name, table in (("cache_type_k", CACHE_TYPES), ("cache_type_v", CACHE_TYPES), ("rollback", ROLLBACKS)):
+        if name in kw and kw[name] not in table:
+            raise ValueError(f"{name} must be one of {', '.join(table)}, not {kw[name]!r}")
     cdef luce_engine_params p = luce_engine_default_params()
-    p.n_ctx = n_ctx
-    p.n_batch = n_batch
-    p.type_k = CACHE_TYPES[tk]
-    p.type_v = CACHE_TYPES[tv]
-    p.kv_rotation = rot
+    if "n_ctx" in kw: p.n_ctx = kw["n_ctx"]
+    if "n_batch" in kw: p.n_batch = kw["n_batch"]
+    if "cache_type_k" in kw: p.type_k = CACHE_TYPES[kw["cache_type_k"]]
+    if "cache_type_v" in kw: p.type_v = CACHE_TYPES[kw["cache_type_v"]]
+    if "kv_rotation" in kw: p.kv_rotation = kw["kv_rotation"]
+    if "n_verify_max" in kw: p.n_verify_max = kw["n_verify_max"]
+    if "rollback" in kw: p.rollback = ROLLBACKS[kw["rollback"]]
+    if "small_batch_kernels" in kw: p.small_batch_kernels = kw["small_batch_kernels"]
+    if "debug_piecewise" in kw: p.debug_piecewise = kw["debug_piecewise"]
     return p
 
 
@@ -176,11 +205,9 @@ cdef class CoreEngine:
     cdef int n_vocab
     cdef int n_capture
 
-    def __cinit__(self, CoreModel model, int n_ctx=0, int n_batch=512, str cache_type_k="f16",
-                  str cache_type_v="f16", bint kv_rotation=True, int n_verify_max=16):
-        cdef luce_engine_params ep = _engine_params(n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation)
+    def __cinit__(self, CoreModel model, dict engine_params):
+        cdef luce_engine_params ep = _engine_params(engine_params)
         cdef luce_status st
-        ep.n_verify_max = n_verify_max
         self.model = model
         self.n_vocab = luce_model_n_vocab(model.ptr)
         with nogil:
@@ -255,7 +282,7 @@ cdef class CoreEngine:
         luce_engine_set_seed(self.ptr, seed)
 
     def step(self, SamplingParams params):
-        """One step: returns (tokens, provenance flags, n_drafted, n_accepted, sample_ms, decode_ms)."""
+        """One step: returns (tokens, provenance flags, sample_ms, decode_ms)."""
         cdef luce_step_result r
         cdef luce_status st
         with nogil:
@@ -263,7 +290,7 @@ cdef class CoreEngine:
         _check(st)
         toks = [r.tokens[i] for i in range(r.n_tokens)]
         prov = [r.provenance[i] for i in range(r.n_tokens)]
-        return toks, prov, r.n_drafted, r.n_accepted, r.sample_ms, r.decode_ms
+        return toks, prov, r.sample_ms, r.decode_ms
 
     def verify(self, tokens, bint keep_pre_logits=True):
         cdef int32_t[::1] buf = np.ascontiguousarray(tokens, dtype=np.int32)

@@ -37,6 +37,7 @@ cdef extern from "luce.h" nogil:
         bint plan_only
         bint use_mmap
         int32_t n_threads
+        bint fuse_weights
     luce_model_params luce_model_default_params()
     luce_status luce_model_load(const char * path, luce_model_params params, luce_model ** out)
     void luce_model_free(luce_model * model)
@@ -57,6 +58,10 @@ cdef extern from "luce.h" nogil:
         LUCE_CACHE_Q8_0
         LUCE_CACHE_Q4_0
 
+    ctypedef enum luce_rollback:
+        LUCE_ROLLBACK_SNAPSHOT
+        LUCE_ROLLBACK_REPLAY
+
     ctypedef struct luce_engine:
         pass
     ctypedef struct luce_engine_params:
@@ -66,6 +71,9 @@ cdef extern from "luce.h" nogil:
         luce_cache_type type_v
         bint kv_rotation
         int32_t n_verify_max
+        luce_rollback rollback
+        bint small_batch_kernels
+        bint debug_piecewise
     luce_engine_params luce_engine_default_params()
 
     ctypedef struct luce_memory_plan:
@@ -107,8 +115,6 @@ cdef extern from "luce.h" nogil:
         int32_t n_tokens
         int32_t tokens[64]
         uint8_t provenance[64]
-        int32_t n_drafted
-        int32_t n_accepted
         double sample_ms
         double decode_ms
     luce_status luce_engine_step(luce_engine * engine, const luce_sampling_params * params, luce_step_result * out)
@@ -232,4 +238,4 @@ cdef extern from "luce.h" nogil:
     luce_status luce_draft_plan(const char * path, const luce_model * target, int32_t n_ctx_draft, int32_t capture_ring,
                                 luce_draft_plan_info * out)
     luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, const void * w, int64_t nrows, int64_t k,
-                                     const float * x, int32_t n, float * y, int32_t variant)
+                                     const float * x, int32_t n, float * y)

@@ -14,7 +14,7 @@ import numpy as np
 
 from luce_engine import _core
 from luce_engine.errors import GenerationCancelled
-from luce_engine.model import Model
+from luce_engine.model import ENGINE_DEFAULTS, Model
 from luce_engine.sampling import Sampling
 
 ProgressFn = Callable[[int, int], object]   # (done, total) -> False to cancel
@@ -78,12 +78,23 @@ class Engine:
     ...     print(r.text, end="")
     """
 
-    def __init__(self, model: Model, *, n_ctx: int = 0, n_batch: int = 512, cache_type_k: str = "f16",
-                 cache_type_v: str = "f16", kv_rotation: bool = True, n_verify_max: int = 16):
+    def __init__(self, model: Model, *, n_ctx: int = ENGINE_DEFAULTS["n_ctx"], n_batch: int = ENGINE_DEFAULTS["n_batch"],
+                 cache_type_k: str = ENGINE_DEFAULTS["cache_type_k"], cache_type_v: str = ENGINE_DEFAULTS["cache_type_v"],
+                 kv_rotation: bool = ENGINE_DEFAULTS["kv_rotation"], n_verify_max: int = ENGINE_DEFAULTS["n_verify_max"],
+                 rollback: str = ENGINE_DEFAULTS["rollback"],
+                 small_batch_kernels: bool = ENGINE_DEFAULTS["small_batch_kernels"],
+                 debug_piecewise: bool = ENGINE_DEFAULTS["debug_piecewise"]):
+        """rollback: "replay" or "snapshot", how commit() restores a hybrid model's recurrent state
+        after a verify (luce_rollback in luce.h); small_batch_kernels: CUDA verifies of 4..16 tokens
+        on luce's own matmul kernels; debug_piecewise: CPU debugging, every graph computed in
+        pieces (must match bit for bit)."""
         self.model = model
         self.cache_type_k, self.cache_type_v = cache_type_k, cache_type_v
-        self._core = _core.CoreEngine(model._core, n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation,
-                                      n_verify_max)
+        self.rollback = rollback
+        self._core = _core.CoreEngine(model._core, dict(
+            n_ctx=n_ctx, n_batch=n_batch, cache_type_k=cache_type_k, cache_type_v=cache_type_v, kv_rotation=kv_rotation,
+            n_verify_max=n_verify_max, rollback=rollback, small_batch_kernels=small_batch_kernels,
+            debug_piecewise=debug_piecewise))
         self.n_verify_max = n_verify_max
         self.speculator = None   # a ChainSpeculator: generate() then speculates by default
         self._lock = threading.Lock()
@@ -148,8 +159,8 @@ class Engine:
         """Commit the next token(s) from the current logits and evaluate them."""
         s = sampling or _GREEDY
         with self._lock:
-            toks, prov, n_drafted, n_accepted, sample_ms, decode_ms = self._core.step(self._native_params(s))
-        return StepResult(toks, [p == 1 for p in prov], n_drafted, n_accepted, sample_ms, decode_ms)
+            toks, prov, sample_ms, decode_ms = self._core.step(self._native_params(s))
+        return StepResult(toks, [p == 1 for p in prov], sample_ms=sample_ms, decode_ms=decode_ms)
 
     def verify(self, tokens: Sequence[int], *, logits: bool = True, keep_pre_logits: bool = True) -> np.ndarray:
         """Evaluate up to n_verify_max provisional tokens in one batch; returns their logits [n, n_vocab]

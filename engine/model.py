@@ -8,6 +8,9 @@ from pathlib import Path
 
 from luce_engine import _core
 
+MODEL_DEFAULTS = _core.model_defaults()       # luce_model_default_params()
+ENGINE_DEFAULTS = _core.engine_defaults()     # luce_engine_default_params()
+
 
 class Model:
     """A validated GGUF model on a device.
@@ -20,12 +23,15 @@ class Model:
     (ModelFormatError, ModelValidationError, UnsupportedModelError, ModelFileError).
     """
 
-    def __init__(self, path: str | os.PathLike, *, device: str = "auto", use_mmap: bool = True, n_threads: int = 0,
-                 plan_only: bool = False):
+    def __init__(self, path: str | os.PathLike, *, device: str = MODEL_DEFAULTS["device"],
+                 use_mmap: bool = MODEL_DEFAULTS["use_mmap"], n_threads: int = MODEL_DEFAULTS["n_threads"],
+                 plan_only: bool = False, fuse_weights: bool = MODEL_DEFAULTS["fuse_weights"]):
         """plan_only: validate and size the file without loading weights (for `plan()`; an
-        Engine cannot be created on such a model)."""
+        Engine cannot be created on such a model). fuse_weights: store projections that share
+        their input and type as one fused weight on the device (False keeps every file tensor
+        separate; the results are the same)."""
         self.path = str(Path(path).expanduser())
-        self._core = _core.CoreModel(self.path, device, use_mmap, n_threads, plan_only)
+        self._core = _core.CoreModel(self.path, device, use_mmap, n_threads, plan_only, fuse_weights)
         self._info = self._core.info
 
     # -- metadata --------------------------------------------------------------------------
@@ -54,14 +60,14 @@ class Model:
         tok = self.tokenizer
         return ChatTemplate(tok.chat_template, bos_token=tok.bos_token, eos_token=tok.eos_token)
 
-    def plan(self, *, n_ctx: int = 0, n_batch: int = 512, cache_type_k: str = "f16", cache_type_v: str = "f16",
-             kv_rotation: bool = True, n_verify_max: int = 16, check: bool = True) -> dict:
-        """Memory an engine with these settings needs (bytes), without allocating it.
+    def plan(self, *, check: bool = True, **engine_params) -> dict:
+        """Memory an engine with these settings (Engine's keyword arguments) needs (bytes), without
+        allocating it.
 
         Raises InsufficientMemoryError with a suggestion when it does not fit the device (unless
         check=False, e.g. to plan for another machine).
         """
-        return self._core.plan(n_ctx, n_batch, cache_type_k, cache_type_v, kv_rotation, n_verify_max, check)
+        return self._core.plan(engine_params, check)
 
     def __repr__(self) -> str:
         return f"Model({self.name!r}, arch={self.arch}, device={self.device}, {self.weight_types})"

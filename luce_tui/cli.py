@@ -89,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--cache-type-k", choices=config.CACHE_TYPES, help="KV cache type of K (default: f16)")
     model.add_argument("--cache-type-v", choices=config.CACHE_TYPES, help="KV cache type of V (default: f16)")
     model.add_argument("--threads", type=_non_negative, metavar="N", help="CPU threads (default: auto)")
+    model.add_argument("--rollback", choices=("snapshot", "replay"),
+                       help="how a hybrid target (qwen35) undoes rejected draft tokens: recompute the recurrent "
+                            "state (replay, the default; far less memory) or keep a copy per verified token (snapshot)")
+    model.add_argument("--small-batch-kernels", choices=("on", "off"),
+                       help="CUDA: verify draft blocks with luce's own quantized matmul kernels (default: on)")
+    model.add_argument("--fuse-weights", choices=("on", "off"),
+                       help="store projections that share an input as one fused weight on the device (default: on)")
 
     s = p.add_argument_group("sampling (defaults: the chat preset)")
     s.add_argument("--temp", dest="temperature", type=float, metavar="T", help="temperature; 0 is greedy")
@@ -124,7 +131,7 @@ def load(settings: config.EngineSettings, *, verbose: bool = False):
     from luce_engine import Engine, Model
 
     t0 = time.perf_counter()
-    model = Model(settings.target, device=settings.device, n_threads=settings.threads)
+    model = Model(settings.target, **settings.model_params())
     model.chat_template   # builds the tokenizer as well
     draft = None
     if _uses_draft(settings):
@@ -133,7 +140,8 @@ def load(settings: config.EngineSettings, *, verbose: bool = False):
         draft = DraftModel(settings.draft, model, n_ctx_draft=config.DRAFT_CTX)
     engine = Engine(model, n_ctx=_n_ctx(settings, model),
                     cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
-                    n_verify_max=_n_verify_max(draft.block_size if draft else None, settings.draft_max))
+                    n_verify_max=_n_verify_max(draft.block_size if draft else None, settings.draft_max),
+                    **settings.engine_params())
     if draft is not None:
         from luce_engine.speculative import ChainSpeculator
 
@@ -193,7 +201,7 @@ def print_plan(settings: config.EngineSettings) -> int:
     from luce_engine import DraftModel, InsufficientMemoryError, Model
 
     # Sizes come from the files' metadata: no weights are read, so planning a 27B model is instant.
-    model = Model(settings.target, device=settings.device, n_threads=settings.threads, plan_only=True)
+    model = Model(settings.target, plan_only=True, **settings.model_params())
     n_ctx = _n_ctx(settings, model)
     budget = config.parse_bytes(settings.plan_memory) if settings.plan_memory else None
     # A draft is validated against the target exactly as a load would (same errors), sized, not read.
@@ -204,7 +212,8 @@ def print_plan(settings: config.EngineSettings) -> int:
     scorer = _plan_scorer(settings, n_ctx)
 
     def target_plan(n_ctx: int, tk: str, tv: str, check: bool = False, verify: int = n_verify_max) -> dict:
-        return model.plan(n_ctx=n_ctx, cache_type_k=tk, cache_type_v=tv, n_verify_max=verify, check=check)
+        return model.plan(n_ctx=n_ctx, cache_type_k=tk, cache_type_v=tv, n_verify_max=verify, check=check,
+                          **settings.engine_params())
 
     try:
         plan = target_plan(n_ctx, settings.cache_type_k, settings.cache_type_v, check=budget is None)

@@ -50,6 +50,20 @@ class EngineSettings:
     prefill_compression: str = "auto"           # off | auto | always
     prefill_threshold: int = DEFAULT_PREFILL_THRESHOLD
     prefill_keep_ratio: float = DEFAULT_KEEP_RATIO
+    # --rollback, --small-batch-kernels, --fuse-weights; None: the engine's default
+    rollback: str | None = None
+    small_batch_kernels: bool | None = None
+    fuse_weights: bool | None = None
+
+    def model_params(self) -> dict:
+        """Model() keyword arguments from these settings (the engine's defaults for what was not said)."""
+        given = {"fuse_weights": self.fuse_weights}
+        return {"device": self.device, "n_threads": self.threads, **{k: v for k, v in given.items() if v is not None}}
+
+    def engine_params(self) -> dict:
+        """Engine() keyword arguments of the behaviour flags that were given."""
+        given = {"rollback": self.rollback, "small_batch_kernels": self.small_batch_kernels}
+        return {k: v for k, v in given.items() if v is not None}
 
     def n_ctx_for(self, n_ctx_train: int) -> int:
         # A context beyond the training length only produces garbage, so cap it (0: unknown).
@@ -71,11 +85,18 @@ def engine_settings(args) -> EngineSettings:
                           prefill_drafter=getattr(args, "prefill_drafter", None),
                           prefill_compression=getattr(args, "prefill_compression", None) or "auto",
                           prefill_threshold=_given(getattr(args, "prefill_threshold", None), DEFAULT_PREFILL_THRESHOLD),
-                          prefill_keep_ratio=_given(getattr(args, "prefill_keep_ratio", None), DEFAULT_KEEP_RATIO))
+                          prefill_keep_ratio=_given(getattr(args, "prefill_keep_ratio", None), DEFAULT_KEEP_RATIO),
+                          rollback=getattr(args, "rollback", None),
+                          small_batch_kernels=_on_off(getattr(args, "small_batch_kernels", None)),
+                          fuse_weights=_on_off(getattr(args, "fuse_weights", None)))
 
 
 def _given(value, default):
     return default if value is None else value
+
+
+def _on_off(value: str | None) -> bool | None:
+    return None if value is None else value == "on"
 
 
 def sampling_from_args(args) -> Sampling:

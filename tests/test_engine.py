@@ -290,17 +290,15 @@ def _rel_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
-@pytest.mark.parametrize("arch,rollback", [("qwen35", "snapshots"), ("qwen35", "replay"), ("llama", "snapshots"),
-                                           ("qwen35-q4km", "snapshots"), ("qwen35-q4km", "replay")])
-def test_verify_commit_rolls_back_exactly(arch, rollback, tmp_path, monkeypatch):
+@pytest.mark.parametrize("arch,rollback", [("qwen35", "snapshot"), ("qwen35", "replay"), ("llama", "snapshot"),
+                                           ("qwen35-q4km", "snapshot"), ("qwen35-q4km", "replay")])
+def test_verify_commit_rolls_back_exactly(arch, rollback, tmp_path):
     """prefill P, verify t1..t8, commit k (every k in 0..8), continue with u1..u4. The logits equal
     (1e-5 relative) those of an engine that verified t1..tk followed by other tokens and committed
     k (same batch shapes: the rejected tokens leave no trace), and those of a fresh engine fed
     P + t1..tk (exact on the CPU; within BATCH_SHAPE_RTOL on a GPU): the rollback restores KV
-    length and recurrent/conv state: from per-token snapshots, or (LUCE_ROLLBACK=replay) by
-    replaying only the DeltaNet recurrence of the k kept tokens."""
-    if rollback == "replay":
-        monkeypatch.setenv("LUCE_ROLLBACK", "replay")
+    length and recurrent/conv state: from per-token snapshots (rollback="snapshot"), or (the
+    default, "replay") by replaying only the DeltaNet recurrence of the k kept tokens."""
     if arch == "qwen35-q4km":   # the user's format; on CUDA its verify blocks run on luce's own kernels
         cfg = TinyConfig(**Q4KM_QWEN35, n_vocab=256, seed=5)
     else:
@@ -310,8 +308,8 @@ def test_verify_commit_rolls_back_exactly(arch, rollback, tmp_path, monkeypatch)
     model = Model(write_tiny_gguf(tmp_path / f"{arch}.gguf", cfg), device=DEVICE, n_threads=THREADS)
     p, t, u = prompt(20, 1), prompt(8, 2), prompt(4, 3)
     other = [(x + 17) % 256 for x in t]   # differs from t at every position
-    eng = Engine(model, n_ctx=256)
-    twin = Engine(model, n_ctx=256)
+    eng = Engine(model, n_ctx=256, rollback=rollback)
+    twin = Engine(model, n_ctx=256, rollback=rollback)
     for k in range(0, 9):
         eng.truncate(0)
         eng.prefill(p)
@@ -337,19 +335,19 @@ def test_verify_commit_rolls_back_exactly(arch, rollback, tmp_path, monkeypatch)
         assert _rel_diff(got, fresh.all_logits()) <= fresh_rtol, f"k={k}"
 
 
-def test_replay_rollback_plans_and_holds_less_memory(hybrid_model, monkeypatch):
+def test_replay_rollback_plans_and_holds_less_memory(hybrid_model):
     """Rolling back by replay keeps each verify token's decay and beta instead of a state snapshot
     (S·S·Hv floats a DeltaNet layer): the plan and the engine's own accounting shrink by exactly
     that, plus a small replay scratch, and an engine without verification holds neither."""
     hp_plan = {}
-    for mode in ("snapshots", "replay"):
-        monkeypatch.setenv("LUCE_ROLLBACK", mode)
-        hp_plan[mode] = Engine(hybrid_model, n_ctx=256, n_verify_max=8).memory_plan()
-    snap, rep = hp_plan["snapshots"], hp_plan["replay"]
+    for mode in ("snapshot", "replay"):
+        hp_plan[mode] = Engine(hybrid_model, n_ctx=256, n_verify_max=8, rollback=mode).memory_plan()
+    snap, rep = hp_plan["snapshot"], hp_plan["replay"]
     assert rep["recurrent"] < snap["recurrent"] / 3
     assert rep["compute"] > snap["compute"]   # the replay graph's scratch, measured
     assert rep["compute"] - snap["compute"] < snap["recurrent"] - rep["recurrent"]
-    monkeypatch.setenv("LUCE_ROLLBACK", "replay")
+    default = Engine(hybrid_model, n_ctx=256, n_verify_max=8).memory_plan()   # replay is the default
+    assert (default["recurrent"], default["compute"]) == (rep["recurrent"], rep["compute"])
     without = Engine(hybrid_model, n_ctx=256, n_verify_max=0).memory_plan()
     assert without["recurrent"] < rep["recurrent"] and without["compute"] <= snap["compute"]
 
@@ -476,3 +474,21 @@ def test_greedy_ties_go_to_the_lowest_id(tmp_path):
     eng.commit(0)
     rows = eng.verify(prompt(5, 7))
     assert list(ids) == list(rows.argmax(1)) and all(i < 128 for i in ids)
+
+
+def test_parameters_default_to_the_native_defaults(hybrid_model):
+    """Model and Engine take their defaults from luce_model_default_params() / luce_engine_default_params()
+    (replay rollback, small-batch kernels and weight fusion on, no piecewise debugging); bad values
+    are refused before anything is made."""
+    from luce_engine import _core
+    from luce_engine.model import ENGINE_DEFAULTS, MODEL_DEFAULTS
+
+    assert ENGINE_DEFAULTS == _core.engine_defaults() and MODEL_DEFAULTS == _core.model_defaults()
+    assert (ENGINE_DEFAULTS["rollback"], ENGINE_DEFAULTS["small_batch_kernels"], ENGINE_DEFAULTS["debug_piecewise"]) == (
+        "replay", True, False)
+    assert MODEL_DEFAULTS["fuse_weights"] is True
+    assert Engine(hybrid_model, n_ctx=256).rollback == "replay"
+    with pytest.raises(ValueError, match="rollback must be one of snapshot, replay"):
+        Engine(hybrid_model, n_ctx=256, rollback="copy")
+    with pytest.raises(TypeError, match="unknown engine parameter"):
+        hybrid_model.plan(n_ctx=256, rolback="replay")

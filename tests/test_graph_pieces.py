@@ -1,12 +1,10 @@
 """Computing a graph in pieces (engine/native/src/graph_pieces.h), as luce's CUDA small-batch runner
-does, gives the whole graph's results bit for bit. On the CPU, LUCE_DEBUG_PIECEWISE=1 makes an
+does, gives the whole graph's results bit for bit. On the CPU, Engine(debug_piecewise=True) makes an
 engine compute every graph cut around each of its matmuls, each piece a graph of duplicated nodes
 with leaf proxies for what comes from before it; prefill, verify, rollback and decoding must all
 match an ordinary engine exactly, on dense, hybrid and Q4_K_M models.
 """
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import pytest
@@ -22,15 +20,7 @@ CONFIGS = {
 
 
 def run(model: Model, piecewise: bool) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    saved = os.environ.get("LUCE_DEBUG_PIECEWISE")
-    os.environ["LUCE_DEBUG_PIECEWISE"] = "1" if piecewise else "0"
-    try:
-        eng = Engine(model, n_ctx=256, n_verify_max=8)
-    finally:
-        if saved is None:
-            os.environ.pop("LUCE_DEBUG_PIECEWISE")
-        else:
-            os.environ["LUCE_DEBUG_PIECEWISE"] = saved
+    eng = Engine(model, n_ctx=256, n_verify_max=8, debug_piecewise=piecewise)
     rng = np.random.default_rng(4)
     eng.prefill([int(t) for t in rng.integers(0, 256, 30)], logits_all=True)
     prompt_logits = eng.all_logits().copy()

@@ -254,3 +254,35 @@ def test_cli_plan_says_when_no_setting_can_fit(cli_files):
     assert r.returncode == 2
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and "use a smaller quantization of the model or another device" in err[0]
+
+
+def test_cli_plan_honours_rollback(cli_files):
+    """--rollback: replay (the engine's default) plans each verify token's decay and beta, snapshot a
+    state per token; the plan of each is exactly Model.plan's with that setting."""
+    target, draft = cli_files
+    m = Model(target, device="cpu", plan_only=True)
+    replay = m.plan(n_ctx=1024, check=False)
+    snapshot = m.plan(n_ctx=1024, rollback="snapshot", check=False)
+    assert replay["recurrent"] < snapshot["recurrent"] and replay == m.plan(n_ctx=1024, rollback="replay", check=False)
+    for flag, plan in ((None, replay), ("snapshot", snapshot), ("replay", replay)):
+        args = ["--rollback", flag] if flag else []
+        r = luce("--plan", "--target", target, "--draft", draft, "--max-ctx", "1024", *args, *COMMON)
+        assert r.returncode == 0, r.stderr
+        row = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("recurrent")][0]
+        assert row.split()[-2:] == config.human_bytes(plan["recurrent"]).split(), (flag, row)
+
+
+def test_engine_flags_reach_the_engine(cli_files):
+    """--rollback, --small-batch-kernels and --fuse-weights become Model/Engine arguments; unsaid
+    ones are left to the engine's defaults (luce_*_default_params)."""
+    target, _ = cli_files
+    from luce_tui.cli import build_parser
+
+    unsaid = config.engine_settings(build_parser().parse_args(["--target", target]))
+    assert unsaid.engine_params() == {} and "fuse_weights" not in unsaid.model_params()
+    said = config.engine_settings(build_parser().parse_args(
+        ["--target", target, "--rollback", "snapshot", "--small-batch-kernels", "off", "--fuse-weights", "off"]))
+    assert said.engine_params() == {"rollback": "snapshot", "small_batch_kernels": False}
+    assert said.model_params()["fuse_weights"] is False
+    eng = Engine(Model(target, device="cpu", n_threads=1, **{"fuse_weights": False}), n_ctx=256, **said.engine_params())
+    assert eng.rollback == "snapshot"

@@ -71,7 +71,7 @@ def has_kquants(model: Model) -> bool:
 def near_tie_bound(model: Model) -> float:
     """K-quants on a GPU: batch shapes may move logits by KQUANT_GPU_BATCH_SHAPE_RTOL of the largest
     (what test_engine allows them too), enough to close a top-2 gap of that size. Measured on the
-    H200: ggml's own kernels alone (LUCE_SMALL_BATCH_GEMM=0) flip a token at a gap of 1.72e-2."""
+    H200: ggml's own kernels alone (small_batch_kernels=False) flip a token at a gap of 1.72e-2."""
     return KQUANT_GPU_BATCH_SHAPE_RTOL if has_kquants(model) and DEVICE != "cpu" else NEAR_TIE
 
 
@@ -94,8 +94,8 @@ def prompt(n, seed):
     return [int(t) for t in np.random.default_rng(seed).integers(0, 256, n)]
 
 
-def run(model, p, n, *, sampling=Sampling(), drafter=None, cache="f16", stop_ids=()):
-    eng = Engine(model, n_ctx=512, cache_type_k=cache, cache_type_v=cache, n_verify_max=B)
+def run(model, p, n, *, sampling=Sampling(), drafter=None, cache="f16", stop_ids=(), **engine_params):
+    eng = Engine(model, n_ctx=512, cache_type_k=cache, cache_type_v=cache, n_verify_max=B, **engine_params)
     spec = ChainSpeculator(eng, drafter) if drafter else None
     toks, drafted = [], []
     for r in eng.generate(p, sampling=sampling, max_tokens=n, stop_token_ids=stop_ids, speculator=spec):
@@ -111,18 +111,19 @@ def test_greedy_oracle_exact_at_every_acceptance_length(arch, cache, tmp_path):
 
 
 @pytest.mark.parametrize("arch", ["qwen35", "qwen35-q4km"])
-def test_greedy_oracle_exact_with_replay_rollback(arch, tmp_path, monkeypatch):
-    """The same with every rollback replaying the kept tokens' recurrence (LUCE_ROLLBACK=replay)."""
-    monkeypatch.setenv("LUCE_ROLLBACK", "replay")
-    check_oracle_acceptance(model_for(arch, tmp_path), "f16")
+def test_greedy_oracle_exact_with_snapshot_rollback(arch, tmp_path):
+    """The same with every rollback copying back a per-token state snapshot (rollback="snapshot";
+    the default replays the kept tokens' recurrence)."""
+    check_oracle_acceptance(model_for(arch, tmp_path), "f16", rollback="snapshot")
 
 
-def check_oracle_acceptance(model, cache):
+def check_oracle_acceptance(model, cache, **engine_params):
     p = prompt(24, 1)
     plain, _, _, _ = run(model, p, 48, cache=cache)
     truth = {len(p) + i: t for i, t in enumerate(plain)}
     for wrong_at in [None] + list(range(B - 1)):
-        got, drafted, spec, eng = run(model, p, 48, drafter=OracleDrafter(truth, 256, wrong_at), cache=cache)
+        got, drafted, spec, eng = run(model, p, 48, drafter=OracleDrafter(truth, 256, wrong_at), cache=cache,
+                                      **engine_params)
         assert_greedy_matches(model, p, got, plain, cache)
         if got != plain:
             continue   # a reported near-tie: what follows is another continuation

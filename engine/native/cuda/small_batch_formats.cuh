@@ -1,7 +1,7 @@
 // small_batch_formats.cuh — what the small-batch kernels (small_batch_gemm.cu) multiply: the
-// activation layouts the quantize kernel writes, the tensor-core primitives, and one struct per
-// weight format and arithmetic (Q4K, Q6K: int8 mma; Q4KHalf, Q6KHalf: f16 mma) that loads one
-// thread's part of a superblock for rows g and g + 8 and multiplies it with every column.
+// activation layout the quantize kernel writes, the tensor-core primitives, and one struct per
+// weight format (Q4KHalf, Q6KHalf: f16 mma) that loads one thread's part of a superblock for rows
+// g and g + 8 and multiplies it with every column.
 // Included by small_batch_gemm.cu only (internal linkage).
 #pragma once
 
@@ -20,11 +20,8 @@ constexpr int kQ4KBytes = 144;    // d, dmin (f16), scales[12], qs[128]
 constexpr int kQ6KBytes = 210;    // ql[128], qh[64], scales[16] (int8), d (f16)
 
 // ---- activations, quantized once for every matmul that reads them (small_batch_gemm.h's scratch) ----
-// For the int8 kernels: int8 per 32 values and a (d, sum of the floats) pair per 32, columns padded
-// to n_pad: xq[n_pad][k], xs[k/32][n_pad]. For the f16 formats (Q4KHalf, Q6KHalf): q * d as f16 in
-// the order their mma fragments take it (xh, see xh_index) and the sum of each 32 as f16 (xsum).
-__host__ __device__ inline size_t xq_bytes(int64_t k, int n_pad) { return size_t(n_pad) * size_t(k); }
-__host__ __device__ inline size_t xs_bytes(int64_t k, int n_pad) { return size_t(k / 32) * size_t(n_pad) * 2 * sizeof(float); }
+// q8_1's int8 values times their scale as f16, in the order the mma fragments take them (xh, see
+// xh_index), and the sum of each 32 as f16 (xsum); columns padded to n_pad.
 __host__ __device__ inline size_t xh_bytes(int64_t k, int n_pad) { return size_t(n_pad) * size_t(k) * sizeof(__half); }
 
 // Where a value of the f16 layout goes: the Q4_K kernel's thread t of a quad holds, per superblock
@@ -38,12 +35,6 @@ __device__ __forceinline__ int64_t xh_index(int64_t i, int sb, int l, int col, i
 }
 
 // ---- tensor-core primitives -------------------------------------------------------------------
-__device__ __forceinline__ void mma_k32(int (&c)[4], int a0, int a1, int a2, int a3, int b0, int b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // f16 × f16 with f32 accumulation: 16 rows × 8 columns × 16 values, and × 8 values
 __device__ __forceinline__ void mma_f16_k16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -57,19 +48,6 @@ __device__ __forceinline__ void mma_f16_k8(float (&c)[4], uint32_t a0, uint32_t 
                  : "r"(a0), "r"(a1), "r"(b0));
 }
 
-__device__ __forceinline__ void mma_k16(int (&c)[4], int a0, int a1, int b0) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a0), "r"(a1), "r"(b0));
-}
-
-// float(c) for |c| < 2^22, exact like the conversion instruction but on the integer and FP32 pipes:
-// 1.5 * 2^23 + c is representable with c in its low mantissa bits. The int8 dot products of one mma
-// (at most 32 * 15 * 127 for Q4_K, 16 * 32 * 127 for Q6_K) fit. On sm_90 the conversion instruction
-// issues at a quarter of FP32's rate: four per mma would make it the busiest pipe at 16 columns
-// (counted from the instruction mix, not profiled).
-__device__ __forceinline__ float exact_float(int c) { return __int_as_float(c + 0x4B400000) - 12582912.0f; }
-
 __device__ __forceinline__ float f16_bits(uint32_t bits16) { return __half2float(__ushort_as_half(uint16_t(bits16))); }
 __device__ __forceinline__ uint32_t byte_of(const uint32_t * w, int i) { return (w[i / 4] >> (8 * (i % 4))) & 0xffu; }
 
@@ -81,32 +59,14 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t * p) {
 
 // ---- the quantized activations as the kernels get them ------------------------------------------
 struct QuantizedCols {
-    const int8_t * xq;
-    const float2 * xs;
     const uint4 * xh;      // xh_index's layout, 16 bytes a thread
     const uint32_t * xsum; // [superblock][column][4]: sums of sub-blocks 2t, 2t + 1 as a half2
     int64_t k;
     int n_pad;
 };
 
-// ---- where a superblock's int8 activations are read from ----------------------------------------
-// values(col, sb): the 32 int8 values of sub-block sb of column col; scales(sb): the (d, sum) pairs
-// of sub-block sb for every column.
-struct GlobalActs {        // the quantize kernel's layout in scratch, superblock i
-    const int8_t * xq;
-    const float2 * xs;
-    int64_t k, i;
-    int n_pad;
-    __device__ __forceinline__ const int8_t * values(int col, int sb) const { return xq + int64_t(col) * k + i * kQK + sb * 32; }
-    __device__ __forceinline__ const float2 * scales(int sb) const { return xs + (i * 8 + sb) * n_pad; }
-};
-
 // ---- Q4_K: y = d*sc*q - dmin*m per 32-value sub-block -------------------------------------------
-// int8 mma, 16 rows × 8 columns × 32 values (one sub-block). Inside a sub-block the order of the dot
-// product is free, so the mma's k index is permuted to match the memory layout: thread t of a quad
-// (lane % 4) holds bytes [8t, 8t+8) of a sub-block as its two k-registers, weights and activations
-// alike. The float epilogue per mma (the sub-block's weight and activation scales, the minimum)
-// is what bounds this kernel (bench/RESULTS.md).
+// Thread t of a quad (lane % 4) holds bytes [8t, 8t+8) of each 32-byte group of qs.
 struct Q4KRows {           // one thread's part of one superblock, for its rows g and g+8
     uint4 head[2];         // d|dmin, scales[12]
     uint2 qs[2][4];        // bytes [32j + 8t, 32j + 8t + 8) of qs, j = 0..3
@@ -149,49 +109,10 @@ struct Q4KBlocks {
     static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q4k(r, a, b, t); }
 };
 
-// Q4_K on int8 mma, a format of the kernels: one thread's rows of one superblock and their product.
-struct Q4K : Q4KBlocks {
-
-    template <int NT>
-    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
-                                                    int g, int t) {
-        const GlobalActs x{cols.xq, cols.xs, cols.k, i, cols.n_pad};
-        float d[2], dmin[2];
-        uint32_t scp[2][2], mnp[2][2];
-        q4k_scales(cur, d, dmin, scp, mnp);
-#pragma unroll
-        for (int sb = 0; sb < 8; ++sb) {
-            const int j = sb / 2, shift = 4 * (sb % 2);
-            const int a0 = int((cur.qs[0][j].x >> shift) & 0x0F0F0F0Fu);
-            const int a1 = int((cur.qs[1][j].x >> shift) & 0x0F0F0F0Fu);
-            const int a2 = int((cur.qs[0][j].y >> shift) & 0x0F0F0F0Fu);
-            const int a3 = int((cur.qs[1][j].y >> shift) & 0x0F0F0F0Fu);
-            float fs[2], fm[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                fs[r] = d[r] * float((scp[r][sb / 4] >> (8 * (sb % 4))) & 0xffu);
-                fm[r] = dmin[r] * float((mnp[r][sb / 4] >> (8 * (sb % 4))) & 0xffu);
-            }
-            const float2 * s_blk = x.scales(sb) + 2 * t;
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const uint2 bx = *reinterpret_cast<const uint2 *>(x.values(nt * 8 + g, sb) + 8 * t);
-                int c[4] = {0, 0, 0, 0};
-                mma_k32(c, a0, a1, a2, a3, int(bx.x), int(bx.y));
-                const float4 s = *reinterpret_cast<const float4 *>(s_blk + nt * 8);   // (d, sum) of columns 2t, 2t+1
-                acc[nt][0] += fs[0] * s.x * exact_float(c[0]) - fm[0] * s.y;
-                acc[nt][1] += fs[0] * s.z * exact_float(c[1]) - fm[0] * s.w;
-                acc[nt][2] += fs[1] * s.x * exact_float(c[2]) - fm[1] * s.y;
-                acc[nt][3] += fs[1] * s.z * exact_float(c[3]) - fm[1] * s.w;
-            }
-        }
-    }
-};
-
 // ---- Q4_K on f16 tensor cores ---------------------------------------------------------------------
-// The int8 kernel above needs a float epilogue per mma (each 32 values have their own activation
-// scale): about 50 instructions per mma at 16 columns, so it ran at a quarter of the weights'
-// bandwidth (bench/RESULTS.md). Here the activations are f16 and the weights enter the mma as the
+// An int8 kernel needs a float epilogue per mma (each 32 values have their own activation scale):
+// about 50 instructions per mma at 16 columns, so it ran at a quarter of the weights' bandwidth
+// (bench/RESULTS.md). Here the activations are f16 and the weights enter the mma as the
 // exact integers q * sc (at most 15 * 63, exact in f16), so one mma chain spans a whole superblock
 // in f32 and d applies once per superblock. The minimums' term, dmin * sum over the 8 sub-blocks of
 // m * (sum of the activations), is one more mma (m16n8k8) per superblock. The activations are
@@ -311,42 +232,10 @@ struct Q6KBlocks {
     static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q6k(r, a, b, t); }
 };
 
-// Q6_K on int8 mma, a format of the kernels.
-struct Q6K : Q6KBlocks {
-
-    template <int NT>
-    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
-                                                    int g, int t) {
-        const GlobalActs x{cols.xq, cols.xs, cols.k, i, cols.n_pad};
-#pragma unroll
-        for (int G = 0; G < 16; ++G) {
-            int a[2];
-            float fs[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                a[r] = int(__vsub4(q6k_values(cur, r, G), 0x20202020u));
-                fs[r] = cur.d[r] * float(int8_t(byte_of(cur.sc[r], G)));
-            }
-            const float2 * s_blk = x.scales(G / 2) + 2 * t;
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const uint32_t bx = *reinterpret_cast<const uint32_t *>(x.values(nt * 8 + g, G / 2) + (G % 2) * 16 + 4 * t);
-                int c[4] = {0, 0, 0, 0};
-                mma_k16(c, a[0], a[1], int(bx));
-                const float4 s = *reinterpret_cast<const float4 *>(s_blk + nt * 8);
-                acc[nt][0] += fs[0] * s.x * exact_float(c[0]);
-                acc[nt][1] += fs[0] * s.z * exact_float(c[1]);
-                acc[nt][2] += fs[1] * s.x * exact_float(c[2]);
-                acc[nt][3] += fs[1] * s.z * exact_float(c[3]);
-            }
-        }
-    }
-};
-
 // Q6_K on f16 tensor cores: q - 32 as exact f16, one m16n8k16 mma per 16-value group against the
 // f16 activations of Q4KHalf's layout (a Q6_K thread's 4 values of a group sit in 8 bytes of it),
 // d * sc applied to the group's sum in f32. q * sc can exceed f16's exact integers, so the scale
-// stays outside the mma; the gain over Q6K is the int8 path's per-mma scale and conversion work.
+// stays outside the mma; the gain over an int8 kernel is its per-mma scale and conversion work.
 struct Q6KHalf : Q6KBlocks {
 
     template <int NT>

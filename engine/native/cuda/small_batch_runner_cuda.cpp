@@ -1,7 +1,6 @@
 // small_batch_runner_cuda.cpp — the CUDA implementation of small_batch_runner.h.
 #include "small_batch_runner.h"
 
-#include "graph_pieces.h"
 #include "small_batch_gemm.h"
 
 #include "api_guard.h"
@@ -108,7 +107,7 @@ bool replaceable(const ggml_tensor * t) {
     return wbuf && !ggml_backend_buffer_is_host(wbuf) && w->data && x->data && t->data;
 }
 
-cuda::SmallGemm gemm_of(const ggml_tensor * t, int variant) {
+cuda::SmallGemm gemm_of(const ggml_tensor * t) {
     const ggml_tensor * w = t->src[0];
     const ggml_tensor * x = t->src[1];
     cuda::SmallGemm g{};
@@ -122,7 +121,6 @@ cuda::SmallGemm gemm_of(const ggml_tensor * t, int variant) {
     g.n = int(x->ne[1]);
     g.y = static_cast<float *>(t->data);
     g.y_stride = int64_t(t->nb[1] / sizeof(float));
-    g.variant = variant;
     return g;
 }
 
@@ -137,21 +135,13 @@ public:
     CudaSmallBatchRunner(ggml_backend_t backend, int device, ggml_backend_event_t to_ours, ggml_backend_event_t to_ggml,
                          cudaStream_t stream)
         : backend_(backend), device_(device), to_ours_(to_ours), to_ggml_(to_ggml), stream_(stream) {
-        const char * v = std::getenv("LUCE_SMALL_GEMM_VARIANT");
-        variant_ = v ? std::atoi(v) : cuda::kSmallGemmDefaultVariant;
-        if (variant_ < 1 || variant_ > cuda::kSmallGemmMaxVariant) variant_ = cuda::kSmallGemmDefaultVariant;
+        // Debug switch (like ggml's GGML_CUDA_DISABLE_GRAPHS, read once here): LUCE_SMALL_BATCH_CHECK=1
+        // compares each of our matmuls with ggml's on a graph's first compute (see check_against_ggml).
         const char * c = std::getenv("LUCE_SMALL_BATCH_CHECK");
         check_ = c && std::string(c) == "1";
-        const char * f = std::getenv("LUCE_SMALL_BATCH_FUSE");
-        fuse_ = f && std::string(f) == "1";
-        // ggml's stream unless LUCE_SMALL_BATCH_STREAM=own (or it cannot be found): on the H200, 16-token
-        // verify 19.26 against 19.64 ms with a stream of our own (bench/RESULTS.md)
-        const char * o = std::getenv("LUCE_SMALL_BATCH_STREAM");
-        if (!(o && std::string(o) == "own")) ggml_stream_ = ggml_compute_stream(backend, device, to_ours, to_ggml, stream);
-        if (o && std::string(o) == "ggml" && !ggml_stream_) {
-            std::fprintf(stderr, "luce small-batch: LUCE_SMALL_BATCH_STREAM=ggml, but ggml's stream was not found: "
-                                 "our kernels keep a stream of their own\n");
-        }
+        // ggml's stream when it can be found: on the H200, 16-token verify 19.26 against 19.64 ms with
+        // a stream of our own (bench/RESULTS.md)
+        ggml_stream_ = ggml_compute_stream(backend, device, to_ours, to_ggml, stream);
     }
 
     ~CudaSmallBatchRunner() override {
@@ -189,30 +179,17 @@ public:
             pieces_.back().end = i + 1;
         }
         if (n_replaced_ == 0) return false;
-        // ggml's node ranges as graphs of their own. By default they hold the same nodes without
-        // the parent's use counts, so ggml fuses no ops in them (slower, never wrong). With
-        // LUCE_SMALL_BATCH_FUSE=1 they are graph_pieces.h's duplicates, whose use counts let ggml
-        // fuse within a range (not yet run on a GPU). The allocation stays the whole graph's.
-        if (fuse_) {
-            std::vector<std::pair<int, int>> ranges;
-            for (const Piece & p : pieces_) {
-                if (!p.ours) ranges.push_back({p.begin, p.end});
-            }
-            if (!fused_.build(gf, ranges)) return false;
-            size_t r = 0;
-            for (Piece & p : pieces_) {
-                if (!p.ours) p.graph = fused_.graph(r++);
-            }
-        }
+        // ggml's node ranges as graphs of their own: the same nodes without the parent's use counts,
+        // so ggml fuses no ops in them (never wrong). The allocation stays the whole graph's.
         size_t ctx_bytes = 0;
-        for (const Piece & p : pieces_) ctx_bytes += p.ours || fuse_ ? 0 : ggml_graph_overhead_custom(size_t(p.end - p.begin), false);
+        for (const Piece & p : pieces_) ctx_bytes += p.ours ? 0 : ggml_graph_overhead_custom(size_t(p.end - p.begin), false);
         if (check_) ctx_bytes += size_t(n_replaced_) * ggml_graph_overhead_custom(1, false);
         if (pieces_ctx_) ggml_free(pieces_ctx_);
         ggml_init_params ip{ctx_bytes + 1024, nullptr, true};
         pieces_ctx_ = ggml_init(ip);
         if (!pieces_ctx_) return false;
         for (Piece & p : pieces_) {
-            if (p.ours || fuse_) continue;
+            if (p.ours) continue;
             p.graph = ggml_new_graph_custom(pieces_ctx_, size_t(p.end - p.begin), false);
             for (int i = p.begin; i < p.end; ++i) ggml_graph_add_node(p.graph, ggml_graph_node(gf, i));
         }
@@ -244,7 +221,7 @@ public:
     }
 
     // Queues every piece: ggml's on its stream; ours there too when it was found (stream order alone
-    // orders them), else on stream_, ordered by two events (LUCE_SMALL_BATCH_STREAM=own likewise).
+    // orders them), else on stream_, ordered by two events.
     ggml_status launch_pieces(ggml_cgraph * gf) {
         const bool own_stream = !ggml_stream_;
         for (const Piece & p : pieces_) {
@@ -273,7 +250,7 @@ public:
         const ggml_tensor * quantized = nullptr;   // consecutive matmuls of one input share its quantization
         for (int i = p.begin; i < p.end; ++i) {
             const ggml_tensor * t = ggml_graph_node(gf, i);
-            const cuda::SmallGemm g = gemm_of(t, variant_);
+            const cuda::SmallGemm g = gemm_of(t);
             if (t->src[1] != quantized) {
                 if (cuda::small_gemm_quantize(g, scratch_, stream) != 0) return GGML_STATUS_FAILED;
                 quantized = t->src[1];
@@ -285,7 +262,7 @@ public:
 
     int n_replaced() const override { return n_replaced_; }
 
-    // LUCE_SMALL_BATCH_CHECK=1 (a diagnostic, slow): on a graph's first compute, each of our matmuls
+    // LUCE_SMALL_BATCH_CHECK=1 (a debug switch, slow): on a graph's first compute, each of our matmuls
     // is recomputed by ggml, which keeps its result, and the relative difference goes to stderr.
     void check_against_ggml(ggml_cgraph * gf, const Piece & p) {
         ggml_backend_synchronize(backend_);
@@ -320,11 +297,9 @@ private:
     size_t scratch_bytes_ = 0;
     std::vector<Piece> pieces_;
     int n_replaced_ = 0;
-    int variant_ = cuda::kSmallGemmDefaultVariant;   // LUCE_SMALL_GEMM_VARIANT (see small_batch_gemm.h)
     bool check_ = false, checked_ = false;
-    bool fuse_ = false;       // LUCE_SMALL_BATCH_FUSE=1: pieces from graph_pieces.h
-    cudaStream_t ggml_stream_ = nullptr;   // ggml's, where ours run when found (LUCE_SMALL_BATCH_STREAM=own: never)
-    GraphPieces fused_;
+    cudaStream_t ggml_stream_ = nullptr;   // ggml's, where ours run when found
+
 };
 
 // The CUDA device index of a ggml device of the CUDA registry, or -1.
@@ -340,8 +315,6 @@ int cuda_device_index(ggml_backend_dev_t dev) {
 } // namespace
 
 std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend) {
-    const char * env = std::getenv("LUCE_SMALL_BATCH_GEMM");
-    if (env && std::string(env) == "0") return nullptr;
     ggml_backend_dev_t dev = ggml_backend_get_device(backend);
     const int device = dev ? cuda_device_index(dev) : -1;
     if (device < 0) return nullptr;
@@ -372,7 +345,7 @@ std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend
 } // namespace luce
 
 extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, const void * w, int64_t nrows, int64_t k,
-                                            const float * x, int32_t n, float * y, int32_t variant) {
+                                            const float * x, int32_t n, float * y) {
     using luce::Error;
     return luce::guarded([&] {
         REQUIRE(w && x && y && nrows > 0 && k > 0, "weights, activations and output are required");
@@ -396,8 +369,7 @@ extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, c
                   cudaMemcpy(dx, x, x_bytes, cudaMemcpyHostToDevice) == cudaSuccess;
         if (ok) {
             luce::cuda::SmallGemm g{ggml_type, dw, nrows, k, row_bytes, static_cast<const float *>(dx), k, n,
-                                    static_cast<float *>(dy), nrows,
-                                    variant >= 1 && variant <= luce::cuda::kSmallGemmMaxVariant ? variant : luce::cuda::kSmallGemmDefaultVariant};
+                                    static_cast<float *>(dy), nrows};
             ok = luce::cuda::small_gemm_quantize(g, ds, nullptr) == 0 && luce::cuda::small_gemm_multiply(g, ds, nullptr) == 0 &&
                  cudaMemcpy(y, dy, y_bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
         }

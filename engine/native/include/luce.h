@@ -17,7 +17,21 @@
 extern "C" {
 #endif
 
-#define LUCE_API __attribute__((visibility("default")))
+// Export macro (as llama.h's LLAMA_API): a shared build defines LUCE_SHARED for itself and its
+// users and LUCE_BUILD while compiling luce; the static library (what luce-chat links) needs neither.
+#ifdef LUCE_SHARED
+#    if defined(_WIN32) && !defined(__MINGW32__)
+#        ifdef LUCE_BUILD
+#            define LUCE_API __declspec(dllexport)
+#        else
+#            define LUCE_API __declspec(dllimport)
+#        endif
+#    else
+#        define LUCE_API __attribute__((visibility("default")))
+#    endif
+#else
+#    define LUCE_API
+#endif
 
 // ---- status codes -------------------------------------------------------------------------
 typedef enum luce_status {
@@ -64,6 +78,8 @@ typedef struct luce_model_params {
     bool plan_only;        // validate and describe the file, allocate and read no weights (for planning)
     bool use_mmap;         // CPU: map the file instead of copying it (default true)
     int32_t n_threads;     // CPU threads; <= 0 picks the number of cores
+    bool fuse_weights;     // device copies: store projections with one input and type as one fused weight
+                           // (weight_fusion.h; default true; false keeps every file tensor separate)
 } luce_model_params;
 
 LUCE_API luce_model_params luce_model_default_params(void);
@@ -97,6 +113,16 @@ typedef enum luce_cache_type {
 // ---- engine -------------------------------------------------------------------------------
 typedef struct luce_engine luce_engine;
 
+// How luce_engine_commit() restores a hybrid model's recurrent state after a verify (dense models
+// need neither): REPLAY keeps each verified token's decay and beta and recomputes the state of the
+// kept tokens from the state before the verify (1/S² of the snapshots' memory: 185 MiB against
+// 2.4 GiB on a 27B qwen35 at 16 tokens); SNAPSHOT keeps the state after every verified token and
+// copies one back.
+typedef enum luce_rollback {
+    LUCE_ROLLBACK_SNAPSHOT = 0,
+    LUCE_ROLLBACK_REPLAY   = 1,
+} luce_rollback;
+
 typedef struct luce_engine_params {
     int32_t n_ctx;              // context capacity in tokens (rounded up to 256); 0 = model's n_ctx_train capped at 8192
     int32_t n_batch;            // prefill micro-batch (tokens per graph launch); default 512
@@ -104,6 +130,11 @@ typedef struct luce_engine_params {
     luce_cache_type type_v;
     bool    kv_rotation;        // Hadamard-rotate K/V for quantized caches (llama.cpp's default); default true
     int32_t n_verify_max;       // most tokens one luce_engine_verify() may hold for rollback; default 16
+    luce_rollback rollback;     // how a commit rolls back recurrent state; default LUCE_ROLLBACK_REPLAY
+    bool    small_batch_kernels; // CUDA: verifies of 4..16 tokens run their quantized matmuls on luce's own
+                                 // kernels (cuda/small_batch_gemm.h); default true; no effect elsewhere
+    bool    debug_piecewise;    // debugging, CPU only: compute every graph in pieces cut around its matmuls
+                                // (graph_pieces.h), which must match the scheduler bit for bit; default false
 } luce_engine_params;
 
 LUCE_API luce_engine_params luce_engine_default_params(void);
@@ -180,8 +211,6 @@ typedef struct luce_step_result {
     int32_t n_tokens;                                  // tokens committed by this step (>= 1 on success)
     int32_t tokens[LUCE_MAX_STEP_TOKENS];
     uint8_t provenance[LUCE_MAX_STEP_TOKENS];          // luce_provenance per token
-    int32_t n_drafted;                                 // tokens the draft proposed this step (0 without a draft)
-    int32_t n_accepted;                                // of those, accepted
     double  sample_ms;
     double  decode_ms;                                 // target evaluation time
 } luce_step_result;
@@ -408,12 +437,11 @@ LUCE_API luce_status luce_draft_plan(const char * path, const luce_model * targe
 // ---- Diagnostics ---------------------------------------------------------------------------
 // y = W x with luce's CUDA small-batch kernel on CUDA device `device`, from host memory: W is
 // nrows rows of k values of ggml type `ggml_type` (Q4_K or Q6_K, k a multiple of 256), x is n
-// columns (1..32) of k floats, y receives n columns of nrows floats; variant: the kernel variant
-// (1..6, see cuda/small_batch_gemm.h; 0 = the default). For tests of the kernel against a
-// reference. LUCE_ERR_UNSUPPORTED when luce was built without its CUDA kernels or the device
+// columns (1..32) of k floats, y receives n columns of nrows floats. For tests of the kernel
+// against a reference. LUCE_ERR_UNSUPPORTED when luce was built without its CUDA kernels or the device
 // cannot run them.
 LUCE_API luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, const void * w, int64_t nrows, int64_t k,
-                                          const float * x, int32_t n, float * y, int32_t variant);
+                                          const float * x, int32_t n, float * y);
 
 #ifdef __cplusplus
 }

@@ -324,6 +324,7 @@ std::unique_ptr<DraftModel> load_draft_model(const std::string & path, const Mod
     d->ctx = ggml_init(ip);
     TensorLoader tl(*d->file, d->ctx);
     declare_draft_tensors(*d, tl);
+    tl.refuse_undeclared(d->hp.arch + " draft");
     if (load_weights) upload_draft_weights(*d, tl, use_mmap);   // planning: sizes known, nothing read
     return d;
 }

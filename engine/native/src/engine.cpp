@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
 namespace luce {
@@ -21,6 +20,9 @@ static int round_up(int x, int to) { return (x + to - 1) / to * to; }
 
 
 static luce_engine_params normalized(const Model & m, luce_engine_params p) {
+    if (p.rollback != LUCE_ROLLBACK_SNAPSHOT && p.rollback != LUCE_ROLLBACK_REPLAY) {
+        throw Error(LUCE_ERR_INVALID_ARG, "rollback must be LUCE_ROLLBACK_SNAPSHOT or LUCE_ROLLBACK_REPLAY");
+    }
     if (p.n_ctx <= 0) p.n_ctx = std::min(m.hp.n_ctx_train, 8192);
     p.n_ctx = round_up(p.n_ctx, kCtxPad);
     if (p.n_batch <= 0) p.n_batch = 512;
@@ -37,7 +39,7 @@ static int64_t matmul_width(const HParams & hp) {
 
 // Rollback by replay (kv_cache.h) for these parameters.
 static bool rollback_by_replay(const Model & m, const luce_engine_params & p) {
-    return m.hp.hybrid() && p.n_verify_max > 0 && KvCache::replay_requested();
+    return m.hp.hybrid() && p.n_verify_max > 0 && p.rollback == LUCE_ROLLBACK_REPLAY;
 }
 
 // Scratch of the replay graph: one DeltaNet layer's intermediates at a time (conv window, conv
@@ -65,7 +67,7 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     const uint64_t QD = uint64_t(hp.n_head) * hp.head_dim, KVD = uint64_t(hp.n_head_kv) * hp.head_dim;
     uint64_t compute = nb * (4 * E + 3 * F + 4 * QD + 2 * KVD) * 4 + uint64_t(p.n_ctx) * nb * 2 + uint64_t(hp.n_vocab) * 4;
     if (!device_is_cpu(m.dev) && (ggml_is_quantized(tk) || ggml_is_quantized(tv))) compute += 2 * uint64_t(p.n_ctx) * KVD * 2;
-    if (!device_is_cpu(m.dev)) compute += small_batch_scratch_bound(matmul_width(hp));
+    if (!device_is_cpu(m.dev) && p.small_batch_kernels) compute += small_batch_scratch_bound(matmul_width(hp));
     if (replay) compute += replay_scratch_bound(hp, p.n_verify_max);
     plan.compute = compute;
     plan.outputs = uint64_t(hp.n_vocab) * 4 * nb;
@@ -109,9 +111,8 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
                  params_.n_verify_max, rollback_by_replay(m_, params_));
     sched_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), graph_max_nodes(m_), false, true);
     if (!sched_) throw Error(LUCE_ERR_DEVICE, "cannot create the graph scheduler");
-    if (!device_is_cpu(m_.dev)) small_batch_ = make_small_batch_runner(backend_);
-    const char * pw = std::getenv("LUCE_DEBUG_PIECEWISE");
-    debug_piecewise_ = device_is_cpu(m_.dev) && pw && std::string(pw) == "1";
+    if (!device_is_cpu(m_.dev) && params_.small_batch_kernels) small_batch_ = make_small_batch_runner(backend_);
+    debug_piecewise_ = device_is_cpu(m_.dev) && params_.debug_piecewise;
     reserve_worst_case();
 }
 

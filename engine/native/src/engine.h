@@ -94,7 +94,7 @@ private:
     std::unique_ptr<SmallBatchRunner> small_batch_;   // CUDA: few-token graphs with our matmul kernels
     bool graph_piecewise_ = false;           // graph_ runs on small_batch_ (else on the scheduler)
     bool graph_wants_pieces_ = false;        // graph_ was built for small_batch_ (a verify it wants)
-    // LUCE_DEBUG_PIECEWISE=1 on a CPU: every graph computes in pieces cut around its matmuls
+    // params.debug_piecewise on a CPU: every graph computes in pieces cut around its matmuls
     // (graph_pieces.h), which must give the scheduler's results bit for bit (tests/test_graph_pieces.py)
     bool debug_piecewise_ = false;
     ggml_status compute_in_pieces(ggml_cgraph * gf);

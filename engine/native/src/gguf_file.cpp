@@ -165,6 +165,12 @@ ggml_tensor * GgufFile::tensor_meta(const std::string & name) const {
     return ggml_get_tensor(meta_, name.c_str());
 }
 
+std::vector<std::string> GgufFile::tensor_names() const {
+    std::vector<std::string> names;
+    for (int64_t i = 0; i < gguf_get_n_tensors(gguf_); ++i) names.emplace_back(gguf_get_tensor_name(gguf_, i));
+    return names;
+}
+
 size_t GgufFile::tensor_file_offset(const std::string & name) const {
     int64_t id = gguf_find_tensor(gguf_, name.c_str());
     if (id < 0) fail(LUCE_ERR_MODEL, "missing tensor " + name);

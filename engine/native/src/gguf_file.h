@@ -36,6 +36,7 @@ public:
 
     // Tensor metadata (no data); nullptr when absent.
     ggml_tensor * tensor_meta(const std::string & name) const;
+    std::vector<std::string> tensor_names() const;   // in file order
     size_t tensor_file_offset(const std::string & name) const;   // absolute offset in the file
     const uint8_t * mapped_data(size_t file_offset) const { return map_ + file_offset; }
     size_t file_size() const { return file_size_; }

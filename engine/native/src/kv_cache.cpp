@@ -6,7 +6,6 @@
 #include "ggml-alloc.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
 namespace luce {
@@ -60,11 +59,6 @@ uint64_t KvCache::attention_bytes(const HParams & hp, int n_ctx, ggml_type tk, g
         if (!hp.is_recurrent(il)) total += uint64_t(n_ctx) * (ggml_row_size(tk, row) + ggml_row_size(tv, row));
     }
     return total;
-}
-
-bool KvCache::replay_requested() {
-    const char * e = std::getenv("LUCE_ROLLBACK");
-    return e && std::string(e) == "replay";
 }
 
 uint64_t KvCache::recurrent_bytes(const HParams & hp, int n_verify_max, bool replay) {

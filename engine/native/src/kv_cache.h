@@ -25,7 +25,7 @@ struct KvCache {
     std::vector<ggml_tensor *> conv, ssm;     // per layer; F32 DeltaNet state, null for attention layers
     // Rollback buffers for verification (DeltaNet layers): the conv input window of the batch
     // [Kc-1+n_verify_max, C], and either the state after each token [S, S, Hv, n_verify_max] (slot
-    // s = s tokens before the last), or, when rolling back by replay (LUCE_ROLLBACK=replay,
+    // s = s tokens before the last), or, when rolling back by replay (luce_engine_params.rollback,
     // ALGORITHMS.md §1.6), the batch's decay and beta [Hv, n_verify_max] from which commit(k)
     // recomputes the state of k tokens: 1/S² of the snapshots' memory, a recurrence per commit.
     std::vector<ggml_tensor *> conv_hist, ssm_snap, replay_g, replay_beta;
@@ -49,9 +49,6 @@ struct KvCache {
     ggml_context * ctx = nullptr;
     ggml_backend_buffer_t buffer = nullptr;
 
-    // LUCE_ROLLBACK=replay in the environment (when an engine is planned or made): roll back by
-    // replay, not snapshots.
-    static bool replay_requested();
     static uint64_t bytes_needed(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv, int n_verify_max = 0,
                                  bool replay = false);
     static uint64_t attention_bytes(const HParams & hp, int n_ctx, ggml_type tk, ggml_type tv);

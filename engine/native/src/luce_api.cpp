@@ -18,6 +18,7 @@ luce_model_params luce_model_default_params(void) {
     p.use_mmap = true;
     p.n_threads = 0;
     p.plan_only = false;
+    p.fuse_weights = true;
     return p;
 }
 
@@ -25,8 +26,7 @@ luce_status luce_model_load(const char * path, luce_model_params params, luce_mo
     if (out) *out = nullptr;
     return guarded([&] {
         REQUIRE(path && out, "luce_model_load: path and out are required");
-        auto m = luce::load_model(path, params.device ? params.device : "auto", params.use_mmap, params.n_threads,
-                                  !params.plan_only);
+        auto m = luce::load_model(path, params);
         *out = new luce_model{std::move(m)};
     });
 }
@@ -57,6 +57,9 @@ luce_engine_params luce_engine_default_params(void) {
     p.type_v = LUCE_CACHE_F16;
     p.kv_rotation = true;
     p.n_verify_max = 16;
+    p.rollback = LUCE_ROLLBACK_REPLAY;
+    p.small_batch_kernels = true;
+    p.debug_piecewise = false;
     return p;
 }
 

@@ -6,7 +6,6 @@
 #include "ggml-alloc.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 
 namespace luce {
@@ -52,6 +51,26 @@ ggml_tensor * TensorLoader::create(const std::string & name, const std::vector<i
     return t;
 }
 
+static bool ends_with(const std::string & s, const std::string & tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+void TensorLoader::refuse_undeclared(const std::string & what, bool (*skipped)(const std::string &, int), int n_layer) const {
+    std::vector<std::string> declared;
+    for (const Entry & e : entries_) declared.emplace_back(e.tensor->name);
+    for (const std::string & name : file_.tensor_names()) {
+        if (std::find(declared.begin(), declared.end(), name) != declared.end()) continue;
+        if (skipped && skipped(name, n_layer)) continue;
+        std::string why = "luce's " + what + " loader does not use it, and a weight left out would give wrong results";
+        if (ends_with(name, ".scale") || ends_with(name, "_scale") || ends_with(name, ".scale2")) {
+            why = "a quantization scale companion (e.g. NVFP4's): such formats are not supported";
+        } else if (ends_with(name, "attn_qkv.weight") || ends_with(name, "attn_qkv.bias")) {
+            why = "fused Q/K/V (llama.cpp's convert_hf_to_gguf.py --fuse-qkv) is not supported; convert without --fuse-qkv";
+        }
+        file_.fail(LUCE_ERR_UNSUPPORTED, "tensor " + name + ": " + why);
+    }
+}
+
 ggml_tensor * TensorLoader::require(const std::string & name, std::vector<int64_t> ne) { return create(name, ne, true); }
 ggml_tensor * TensorLoader::optional(const std::string & name, std::vector<int64_t> ne) { return create(name, ne, false); }
 
@@ -82,8 +101,19 @@ static std::string summarize_types(const std::vector<TensorLoader::Entry> & entr
     return s;
 }
 
-std::unique_ptr<Model> load_model(const std::string & path, const std::string & device, bool use_mmap, int n_threads,
-                                  bool load_weights) {
+// Tensors of the blocks after the trunk (qwen35's MTP / nextn layers, which luce does not run).
+static bool mtp_layer_tensor(const std::string & name, int n_layer) {
+    if (name.rfind("blk.", 0) != 0) return false;
+    const size_t dot = name.find('.', 4);
+    if (dot == std::string::npos || dot == 4) return false;
+    for (size_t i = 4; i < dot; ++i) if (name[i] < '0' || name[i] > '9') return false;
+    return std::stoi(name.substr(4, dot - 4)) >= n_layer;
+}
+
+std::unique_ptr<Model> load_model(const std::string & path, const luce_model_params & params) {
+    const std::string device = params.device ? params.device : "auto";
+    const bool use_mmap = params.use_mmap, load_weights = !params.plan_only;
+    const int n_threads = params.n_threads;
     auto m = std::make_unique<Model>();
     m->path = path;
     m->file = std::make_unique<GgufFile>(path);
@@ -112,6 +142,7 @@ std::unique_ptr<Model> load_model(const std::string & path, const std::string & 
     TensorLoader tl(f, m->ctx);
     if (m->hp.hybrid()) qwen35_declare_tensors(tl, *m);
     else dense_declare_tensors(tl, *m);
+    tl.refuse_undeclared(m->hp.arch, mtp_layer_tensor, m->hp.n_layer);
 
     for (auto & e : tl.entries()) {
         m->weight_bytes += ggml_nbytes(e.tensor);
@@ -143,9 +174,7 @@ std::unique_ptr<Model> load_model(const std::string & path, const std::string & 
             f.fail(LUCE_ERR_MEMORY, "weights need " + format_bytes(m->weight_bytes) + " but " + m->device_name +
                                         " has " + format_bytes(free_b) + " free; use a smaller quantization or another device");
         }
-        // LUCE_NO_WEIGHT_FUSION=1 keeps every file tensor separate (for A/B measurements)
-        const char * no_fuse = std::getenv("LUCE_NO_WEIGHT_FUSION");
-        const WeightLayout layout = plan_weight_layout(*m, tl.entries(), !(no_fuse && *no_fuse && *no_fuse != '0'));
+        const WeightLayout layout = plan_weight_layout(*m, tl.entries(), params.fuse_weights);
         ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(m->dev);
         const size_t align = ggml_backend_buft_get_alignment(buft);
         size_t total = 0;

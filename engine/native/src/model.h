@@ -62,6 +62,10 @@ public:
     ggml_tensor * optional(const std::string & name, std::vector<int64_t> ne);
     struct Entry { ggml_tensor * tensor; size_t file_offset; };
     const std::vector<Entry> & entries() const { return entries_; }
+    // After every declaration: a file tensor that none declared (and `skipped` does not accept) is
+    // refused with LUCE_ERR_UNSUPPORTED naming it, never silently left out of the model.
+    void refuse_undeclared(const std::string & what, bool (*skipped)(const std::string & name, int n_layer) = nullptr,
+                           int n_layer = 0) const;
 private:
     ggml_tensor * create(const std::string & name, const std::vector<int64_t> & ne, bool required);
     const GgufFile & file_;
@@ -88,8 +92,8 @@ struct Model {
 };
 
 // Loads and validates; throws luce::Error.
-std::unique_ptr<Model> load_model(const std::string & path, const std::string & device, bool use_mmap, int n_threads,
-                                  bool load_weights = true);
+// params: as luce_model_params (device null = "auto"; plan_only: validate and size, load nothing).
+std::unique_ptr<Model> load_model(const std::string & path, const luce_model_params & params);
 
 // Per-architecture hooks (arch_llama.cpp, arch_qwen3.cpp).
 void llama_load_hparams(const GgufFile & f, HParams & hp);

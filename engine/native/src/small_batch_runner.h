@@ -5,8 +5,8 @@
 // ggml's CUDA backend offers no way to plug a kernel into its graphs, so the graph is computed in
 // pieces: the node ranges between our matmuls go to ggml (each replayed as a CUDA graph once warm),
 // the matmuls to the stream ggml computes on, where stream order alone orders the two (the host does
-// not wait). Where that stream cannot be found, or with LUCE_SMALL_BATCH_STREAM=own, the matmuls go
-// to a stream of their own, with two events a piece ordering the streams. Memory is the scheduler's: the graph is allocated as usual, as one split on the device with
+// not wait). Where that stream cannot be found, the matmuls go to a stream of their own, with two
+// events a piece ordering the streams. Memory is the scheduler's: the graph is allocated as usual, as one split on the device with
 // its inputs there too, and computed in the same node order the allocator planned for.
 #pragma once
 
@@ -20,7 +20,7 @@ namespace luce {
 
 // Graphs of 4..16 tokens: on the H200 (bench/RESULTS.md) ggml's MMVQ stays cheaper for 2 tokens
 // (12.6 against 15.6 ms a verify) and its MMQ for 32 (28.3 against 39.1 ms); ours wins at 4, 8
-// and 16 (15.6 / 16.2 / 19.1 ms against 17.3 / 25.4 / 22.0, variant 12 on ggml's stream).
+// and 16 (15.6 / 16.2 / 19.1 ms against 17.3 / 25.4 / 22.0, on ggml's stream).
 constexpr int kSmallBatchMinTokens = 4;
 constexpr int kSmallBatchMaxTokens = 16;
 
@@ -51,7 +51,8 @@ public:
 };
 
 // The runner for `backend`, or null when it cannot run there: not a CUDA device of compute
-// capability 8.0 or more, luce built without CUDA, or LUCE_SMALL_BATCH_GEMM=0 in the environment.
+// capability 8.0 or more, or luce built without CUDA. (Engines made with
+// luce_engine_params.small_batch_kernels false never ask for one.)
 std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend);
 
 } // namespace luce
