@@ -330,3 +330,26 @@ def test_inject_captured_refuses_what_it_cannot_read(tmp_path, targets):
     other = Engine(targets["llama"][1], n_ctx=64)
     with pytest.raises(InvalidArgumentError, match="another model"):
         dm.inject_captured(other, 0, 1)
+
+
+def test_lucebox_n_target_layers_derives_the_ids(tmp_path):
+    """Lucebox's converter may write only dflash.n_target_layers = N: the ids are 1 + k * ((T - 2) //
+    (N - 1)) for a T-layer target, rounded down (Lucebox's loader; 27B: T = 64, N = 5 gives 1, 16,
+    31, 46, 61). Here T = 10, N = 4: step 8 // 3 = 2, ids 1, 3, 5, 7. The draft then runs exactly
+    as one that lists those ids."""
+    from tools.tiny_dflash import lucebox_capture
+
+    assert lucebox_capture(64, 5) == (1, 16, 31, 46, 61) and lucebox_capture(32, 5) == (1, 8, 15, 22, 29)
+    tpath = write_tiny_gguf(tmp_path / "t10.gguf", TinyConfig(arch="llama", n_layer=10, seed=6))
+    tm = Model(tpath, device=DEVICE, n_threads=THREADS)
+    derived = write_tiny_dflash(tmp_path / "n.gguf", tpath, TinyDraftConfig(
+        convention="lucebox", capture=(0, 0, 0, 0), capture_key="n_target_layers", seed=2))
+    listed = write_tiny_dflash(tmp_path / "ids.gguf", tpath, TinyDraftConfig(
+        convention="lucebox", capture=(1, 3, 5, 7), seed=2))
+    a, b = DraftModel(derived, tm), DraftModel(listed, tm)
+    assert a.capture_layers == b.capture_layers == (1, 3, 5, 7) == lucebox_capture(10, 4)
+    F = np.random.default_rng(3).standard_normal((12, 4 * tm.n_embd)).astype(np.float32)
+    for d in (a, b):
+        d.inject(F, 0)
+    assert a.draft(5, 12) == b.draft(5, 12)
+    np.testing.assert_array_equal(a.logits(), b.logits())

@@ -27,6 +27,9 @@ TINY_CONFIGS = {
     "llama-q4km": TinyConfig(arch="llama", n_vocab=512, n_embd=256, n_layer=2, n_head=4, n_head_kv=2, head_dim=64,
                              n_ff=512, weight_type="q4_k_m", seed=5),
     "qwen35-q4km": TinyConfig(**Q4KM_QWEN35, n_vocab=512, seed=6),
+    # BF16 weights, as the PFlash scorer Qwen3-0.6B-BF16 ships (tied head)
+    "qwen3-bf16": TinyConfig(arch="qwen3", n_vocab=512, n_embd=128, n_layer=2, n_head=4, n_head_kv=2, head_dim=64,
+                             n_ff=256, weight_type="bf16", tied_output=True, seed=7),
 }
 
 

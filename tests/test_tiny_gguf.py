@@ -235,10 +235,19 @@ def test_bad_kind(tmp_path, kind):
         elif kind == "bad_tensor_type":
             t = next(t for t in b.tensors if t.name == detail)
             assert t.tensor_type == gguf.GGMLQuantizationType.I32 and bs == gs
+        elif kind == "scale_companion":
+            assert set(bs) - set(gs) == {detail} and bs[detail] == [gs["blk.0.ffn_up.weight"][1]]
+        elif kind == "fused_qkv":
+            q, k, v = (gs[f"blk.0.attn_{x}.weight"] for x in "qkv")
+            assert set(gs) - set(bs) == {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"}
+            assert bs["blk.0.attn_qkv.weight"] == [q[0], q[1] + k[1] + v[1]]
 
     # llama.cpp rejects every kind at load time except bad_tensor_type, which it
-    # accepts and then segfaults on in eval (so it is never loaded here)
-    if kind != "bad_tensor_type":
+    # accepts and then segfaults on in eval (so it is never loaded here); fused_qkv is a format
+    # llama.cpp runs (its own --fuse-qkv conversion)
+    if kind == "fused_qkv":
+        assert llama_cpp.Llama(model_path=bad, n_ctx=256, verbose=False).n_vocab() == TinyConfig().n_vocab
+    elif kind != "bad_tensor_type":
         with pytest.raises(ValueError):
             llama_cpp.Llama(model_path=bad, n_ctx=256, verbose=False)
 

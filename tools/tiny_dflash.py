@@ -43,7 +43,9 @@ spiritbuun converter). Every key carries the arch prefix A:
             attention.layer_norm_rms_epsilon, vocab_size}
             A.attention.causal = false (bool)
             A.dflash.block_size u32, A.dflash.mask_token_id u32,
-            A.dflash.target_layer_ids i32[Nf] = i (output of target layer id),
+            A.dflash.target_layer_ids i32[Nf] = i (output of target layer id), or with
+            capture_key="n_target_layers" only A.dflash.n_target_layers u32 = Nf (what Lucebox's
+            own converter writes; the ids are then lucebox_capture(T, Nf), and so is the capture),
             A.dflash.n_target_features u32 = Nf*E
             optional A.attention.sliding_window u32 + A.attention.sliding_window_pattern bool[n_layer]
             tokenizer.* (copied from the target; no tokenizer.ggml.mask_token_id)
@@ -118,6 +120,7 @@ class TinyDraftConfig:
     ffn_norm_name: str | None = None   # None -> llama "ffn_norm", lucebox "post_attention_norm"
     causal_key: bool | None = None     # attention.causal value; None -> lucebox False, llama key omitted
     write_tokenizer: bool = True       # copy the target's tokenizer.* keys
+    capture_key: str = "ids"           # lucebox only: "ids" (dflash.target_layer_ids) / "n_target_layers"
 
     def arch(self) -> str:
         if self.convention == "llama":
@@ -183,7 +186,17 @@ def default_capture(n_layer_target: int) -> tuple:
     return tuple(sorted({int(round(x)) for x in np.linspace(0, hi, 3)}))
 
 
+def lucebox_capture(n_layer_target: int, n: int) -> tuple:
+    """The target layers a Lucebox draft with only dflash.n_target_layers = n reads (output
+    convention): 1 + k * ((T - 2) // (n - 1)), as Lucebox's loader derives them."""
+    step = (n_layer_target - 2) // (n - 1) if n > 1 else 0
+    return tuple(1 + k * step for k in range(n))
+
+
 def _capture(cfg: TinyDraftConfig, t: TargetInfo) -> tuple:
+    if cfg.capture_key == "n_target_layers":
+        n = len(cfg.capture) if cfg.capture is not None else 3
+        return lucebox_capture(t.n_layer, n)
     return tuple(int(i) for i in cfg.capture) if cfg.capture is not None else default_capture(t.n_layer)
 
 
@@ -197,6 +210,8 @@ def check_config(cfg: TinyDraftConfig, t: TargetInfo) -> None:
         raise ValueError(f"convention must be one of {CONVENTIONS}, got {cfg.convention!r}")
     if cfg.convention == "llama" and cfg.arch_name not in (None, "dflash"):
         raise ValueError("the llama convention has arch 'dflash'")
+    if cfg.capture_key not in ("ids", "n_target_layers") or (cfg.capture_key != "ids" and cfg.convention != "lucebox"):
+        raise ValueError("capture_key is 'ids', or 'n_target_layers' for the lucebox convention")
     if cfg.convention == "lucebox" and cfg.arch() not in LUCEBOX_ARCHS:
         raise ValueError(f"lucebox arch_name must be one of {LUCEBOX_ARCHS}, got {cfg.arch_name!r}")
     if cfg.weight_type not in WEIGHT_TYPES:
@@ -331,7 +346,9 @@ def _kvs(cfg: TinyDraftConfig, t: TargetInfo, E: int, capture, mask_id: int, n_f
             (f"{a}.dflash.block_size", cfg.block_size, VT.UINT32),
             (f"{a}.dflash.mask_token_id", mask_id, VT.UINT32),
         ]
-        if capture is not None:
+        if capture is not None and cfg.capture_key == "n_target_layers":
+            kvs.append((f"{a}.dflash.n_target_layers", len(capture), VT.UINT32))
+        elif capture is not None:
             kvs.append((f"{a}.dflash.target_layer_ids", file_capture(cfg, capture), VT.ARRAY, VT.INT32))
         kvs.append((f"{a}.dflash.n_target_features", n_features, VT.UINT32))
     if cfg.sliding_window is not None:

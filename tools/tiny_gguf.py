@@ -29,6 +29,11 @@ message about the file should contain):
     text_file        a few lines of plain prose, not GGUF at all      -> "magic"
     missing_key      {arch}.embedding_length omitted                   -> "embedding_length"
     bad_tensor_type  blk.0.ffn_up.weight stored as I32 (same shape)   -> "blk.0.ffn_up.weight"
+    scale_companion  an extra F32 tensor blk.0.ffn_up.scale [n_ff] beside the weight, as NVFP4
+                     conversions write                                 -> "blk.0.ffn_up.scale"
+    fused_qkv        blk.0's attn_q/k/v weights as one blk.0.attn_qkv.weight (Q, K, V rows
+                     concatenated), as llama.cpp's convert_hf_to_gguf.py --fuse-qkv writes
+                     (llama / qwen3 only)                              -> "--fuse-qkv"
 
 CLI: python -m tools.tiny_gguf --arch qwen3 --out /tmp/x.gguf [--seed N]
      [--weight-type q8_0] [--tokenizer-from PATH] [--tied] [--bad KIND]
@@ -54,7 +59,7 @@ from gguf import GGUFValueType as VT
 
 ARCHS = ("llama", "qwen3", "qwen35")
 BAD_KINDS = ("truncated", "wrong_magic", "unknown_arch", "missing_tensor", "wrong_shape",
-             "text_file", "missing_key", "bad_tensor_type")
+             "text_file", "missing_key", "bad_tensor_type", "scale_companion", "fused_qkv")
 BAD_DETAILS = {
     "truncated": "blk.0.ffn_down.weight",
     "wrong_magic": "magic",
@@ -64,6 +69,8 @@ BAD_DETAILS = {
     "text_file": "magic",
     "missing_key": "embedding_length",
     "bad_tensor_type": "blk.0.ffn_up.weight",
+    "scale_companion": "blk.0.ffn_up.scale",
+    "fused_qkv": "--fuse-qkv",
 }
 
 # weight_type -> (ggml tensor type, general.file_type)
@@ -72,6 +79,7 @@ WEIGHT_TYPES = {
     "f16": (QT.F16, gguf.LlamaFileType.MOSTLY_F16),
     "q8_0": (QT.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
     "q4_0": (QT.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
+    "bf16": (QT.BF16, gguf.LlamaFileType.MOSTLY_BF16),   # as the PFlash scorer Qwen3-0.6B-BF16 ships
     # the user's format: Q4_K, with Q6_K for ffn_down, attn_v / attn_qkv and the output head
     "q4_k_m": (QT.Q4_K, gguf.LlamaFileType.MOSTLY_Q4_K_M),
 }
@@ -379,6 +387,8 @@ def _encode(arr: np.ndarray, qtype: QT) -> np.ndarray:
         return arr
     if qtype == QT.F16:
         return arr.astype(np.float16)
+    if qtype == QT.BF16:   # round to nearest even, as gguf-py and llama.cpp's converter do
+        return gguf.quants.quantize(arr.astype(np.float32), QT.BF16)
     if qtype == QT.Q4_K:
         return kquant.quantize_q4_k(arr)
     if qtype == QT.Q6_K:
@@ -423,7 +433,8 @@ def _check(cfg: TinyConfig) -> None:
 
 
 def _write(path, cfg: TinyConfig, *, arch_name: str | None = None, skip_key: str | None = None,
-           skip_tensor: str | None = None, bad_shape: str | None = None, int_tensor: str | None = None) -> str:
+           skip_tensor: str | None = None, bad_shape: str | None = None, int_tensor: str | None = None,
+           extra_tensor: str | None = None, fuse_qkv_layer: int | None = None) -> str:
     """Write the model; the keyword hooks inject exactly one defect for write_bad_gguf
     while every other byte-producing step (rng draws included) stays the same."""
     _check(cfg)
@@ -483,6 +494,16 @@ def _write(path, cfg: TinyConfig, *, arch_name: str | None = None, skip_key: str
     for hook in (skip_tensor, bad_shape, int_tensor):  # a defect must not silently miss
         if hook is not None and hook not in names:
             raise ValueError(f"{hook} is not a tensor of this config")
+    if fuse_qkv_layer is not None:   # Q, K, V rows in one matrix, where attn_q stood
+        p = f"blk.{fuse_qkv_layer}."
+        parts = {t[0]: t for t in tensors if t[0] in (p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight")}
+        fused = (p + "attn_qkv.weight", np.concatenate([parts[p + s][1] for s in ("attn_q.weight", "attn_k.weight",
+                                                                                  "attn_v.weight")]), True)
+        tensors = [fused if t[0] == p + "attn_q.weight" else t for t in tensors if t[0] not in parts or
+                   t[0] == p + "attn_q.weight"]
+    if extra_tensor is not None:   # a companion vector beside the weight it names
+        base = next(t for t in tensors if t[0] == extra_tensor.rsplit(".", 1)[0] + ".weight")
+        tensors = tensors + [(extra_tensor, np.ones(base[1].shape[0], dtype=np.float32), False)]
     for name, arr, is_matrix in tensors:
         if name == skip_tensor:
             continue
@@ -536,6 +557,12 @@ def write_bad_gguf(path, kind: str, base_cfg: TinyConfig | None = None) -> str:
         _write(p, cfg, skip_key=f"{cfg.arch}.embedding_length")
     elif kind == "bad_tensor_type":
         _write(p, cfg, int_tensor=BAD_DETAILS[kind])
+    elif kind == "scale_companion":
+        _write(p, cfg, extra_tensor=BAD_DETAILS[kind])
+    elif kind == "fused_qkv":
+        if cfg.arch == "qwen35":
+            raise ValueError("fused_qkv: qwen35's recurrent layers have an attn_qkv of their own; use llama or qwen3")
+        _write(p, cfg, fuse_qkv_layer=0)
     elif kind == "wrong_magic":
         _write(p, cfg)
         data = bytearray(p.read_bytes())

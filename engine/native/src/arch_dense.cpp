@@ -79,6 +79,10 @@ void dense_declare_tensors(TensorLoader & tl, Model & m) {
         auto & L = m.layers[size_t(il)];
         const std::string p = "blk." + std::to_string(il) + ".";
         L.attn_norm = tl.require(p + "attn_norm.weight", {E});
+        if (m.file->tensor_meta(p + "attn_qkv.weight")) {
+            m.file->fail(LUCE_ERR_UNSUPPORTED, "tensor " + p + "attn_qkv.weight: fused Q/K/V (llama.cpp's convert_hf_to_gguf.py "
+                                               "--fuse-qkv) is not supported; convert without --fuse-qkv");
+        }
         L.wq = tl.require(p + "attn_q.weight", {E, Q});
         L.wk = tl.require(p + "attn_k.weight", {E, KV});
         L.wv = tl.require(p + "attn_v.weight", {E, KV});

@@ -75,7 +75,10 @@ void qwen35_declare_tensors(TensorLoader & tl, Model & m) {
             L.ssm_norm = tl.require(p + "ssm_norm.weight", {S});
             L.ssm_out = tl.require(p + "ssm_out.weight", {Di, E});
         } else {
-            if (f.tensor_meta(p + "attn_qkv.weight")) f.fail(LUCE_ERR_UNSUPPORTED, "fused " + p + "attn_qkv.weight in an attention layer");
+            if (f.tensor_meta(p + "attn_qkv.weight")) {
+                f.fail(LUCE_ERR_UNSUPPORTED, "tensor " + p + "attn_qkv.weight: fused Q/K/V in an attention layer (llama.cpp's "
+                                             "convert_hf_to_gguf.py --fuse-qkv) is not supported; convert without --fuse-qkv");
+            }
             L.wq = tl.require(p + "attn_q.weight", {E, 2 * Q});
             L.wk = tl.require(p + "attn_k.weight", {E, KV});
             L.wv = tl.require(p + "attn_v.weight", {E, KV});

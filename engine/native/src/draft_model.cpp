@@ -2,7 +2,9 @@
 // (GGUF-ARCHS.md §1.5; ALGORITHMS.md §1.1 table, §1.2 index conventions).
 //
 //   item              llama.cpp arch `dflash`              lucebox `dflash-draft` / `qwen35-dflash-draft`
-//   capture           dflash.target_layers (L, i = L - 1)   A.dflash.target_layer_ids (i = id)
+//   capture           dflash.target_layers (L, i = L - 1)   A.dflash.target_layer_ids (i = id), or only
+//                                                          A.dflash.n_target_layers N: ids 1 + k·⌊(T−2)/(N−1)⌋
+//                                                          for a T-layer target (Lucebox's own converter)
 //   block size        dflash.block_size                     A.dflash.block_size           (default 16)
 //   mask token        tokenizer.ggml.mask_token_id          A.dflash.mask_token_id        (required)
 //   fc / feature norm fc.weight, enc.output_norm.weight     dflash.fc / dflash_fc, dflash.hidden_norm / dflash_hidden_norm
@@ -103,14 +105,19 @@ static void load_hparams(const GgufFile & f, DraftHParams & hp) {
         }
         mask = f.u32("tokenizer.ggml.mask_token_id");
     } else {
-        if (!f.has(a + "dflash.target_layer_ids")) {
+        if (f.has(a + "dflash.target_layer_ids")) {
+            cap = f.int_array(a + "dflash.target_layer_ids");
+            for (int64_t id : cap) {
+                hp.capture_file.push_back(int(id));
+                hp.capture.push_back(int(id));
+            }
+        } else if (f.has(a + "dflash.n_target_layers")) {
+            hp.n_target_layers = int(f.u32(a + "dflash.n_target_layers"));   // ids derived against the target
+            if (hp.n_target_layers < 1) f.fail(LUCE_ERR_MODEL, "key " + a + "dflash.n_target_layers must be at least 1");
+        } else {
             f.fail(LUCE_ERR_MODEL, "missing required key " + a +
-                                       "dflash.target_layer_ids (the target layers whose hidden states the draft reads)");
-        }
-        cap = f.int_array(a + "dflash.target_layer_ids");
-        for (int64_t id : cap) {
-            hp.capture_file.push_back(int(id));
-            hp.capture.push_back(int(id));
+                                       "dflash.target_layer_ids or dflash.n_target_layers (the target layers whose hidden "
+                                       "states the draft reads)");
         }
         block = f.u32_opt(a + "dflash.block_size", 0);
         if (!f.has(a + "dflash.mask_token_id")) {
@@ -118,9 +125,10 @@ static void load_hparams(const GgufFile & f, DraftHParams & hp) {
         }
         mask = f.u32(a + "dflash.mask_token_id");
     }
-    if (hp.capture.empty()) f.fail(LUCE_ERR_MODEL, "the draft lists no target layers to capture");
-    if (hp.capture.size() > LUCE_DRAFT_MAX_CAPTURE) {
-        f.fail(LUCE_ERR_UNSUPPORTED, "the draft captures " + std::to_string(hp.capture.size()) + " target layers (at most " +
+    if (hp.capture.empty() && hp.n_target_layers == 0) f.fail(LUCE_ERR_MODEL, "the draft lists no target layers to capture");
+    const size_t n_capture = hp.n_target_layers > 0 ? size_t(hp.n_target_layers) : hp.capture.size();
+    if (n_capture > LUCE_DRAFT_MAX_CAPTURE) {
+        f.fail(LUCE_ERR_UNSUPPORTED, "the draft captures " + std::to_string(n_capture) + " target layers (at most " +
                                          std::to_string(LUCE_DRAFT_MAX_CAPTURE) + " are supported)");
     }
     hp.block_size = block > 0 ? int(block) : 16;
@@ -149,6 +157,19 @@ static void load_hparams(const GgufFile & f, DraftHParams & hp) {
     hp.causal = f.bool_opt(a + "attention.causal", false);
 }
 
+// Lucebox drafts that give only the number N of captured layers: Lucebox's loader spreads them over
+// a T-layer target as ids 1 + k·step, step = (T − 2) / (N − 1) in integers (27B, T = 64, N = 5:
+// 1, 16, 31, 46, 61), ids in the output convention like A.dflash.target_layer_ids.
+static void derive_capture(DraftHParams & hp, int n_target_layer) {
+    if (hp.n_target_layers == 0) return;
+    const int N = hp.n_target_layers;
+    const int step = N > 1 ? (n_target_layer - 2) / (N - 1) : 0;
+    for (int k = 0; k < N; ++k) {
+        hp.capture_file.push_back(1 + k * step);
+        hp.capture.push_back(1 + k * step);
+    }
+}
+
 static void check_against_target(const GgufFile & f, const DraftHParams & hp, const Model & target) {
     const HParams & t = target.hp;
     auto mismatch = [&](const std::string & what) {
@@ -158,7 +179,9 @@ static void check_against_target(const GgufFile & f, const DraftHParams & hp, co
         mismatch(hp.arch + ".embedding_length is " + std::to_string(hp.n_embd) + " but the target's hidden size is " +
                  std::to_string(t.n_embd) + " (they must be equal)");
     }
-    const std::string key = hp.lucebox ? hp.arch + ".dflash.target_layer_ids" : hp.arch + ".target_layers";
+    const std::string key = !hp.lucebox ? hp.arch + ".target_layers"
+                            : hp.n_target_layers ? "the ids derived from " + hp.arch + ".dflash.n_target_layers"
+                                                 : hp.arch + ".dflash.target_layer_ids";
     for (size_t i = 0; i < hp.capture.size(); ++i) {
         const int c = hp.capture[i];
         if (c < 0 || c > t.n_layer - 2) {
@@ -192,6 +215,7 @@ static std::unique_ptr<DraftModel> open_draft(const std::string & path, const Mo
                                          "' is not a DFlash draft (expected dflash, dflash-draft or qwen35-dflash-draft)");
     }
     load_hparams(f, hp);
+    derive_capture(hp, target.hp.n_layer);
     check_against_target(f, hp, target);
     if (f.tensor_meta("d2t")) f.fail(LUCE_ERR_UNSUPPORTED, "tensor d2t: reduced draft vocabularies are not supported");
     if (f.tensor_meta("markov_w1.weight")) f.fail(LUCE_ERR_UNSUPPORTED, "tensor markov_w1.weight: DSpark drafts are not supported");

@@ -28,7 +28,8 @@ struct DraftHParams {
     int block_size = 16;
     int mask_token_id = -1;
     std::vector<int> capture;        // internal convention: i = output of target layer i
-    std::vector<int> capture_file;   // as stored (llama: L = i + 1; lucebox: id = i)
+    std::vector<int> capture_file;   // as stored (llama: L = i + 1; lucebox: id = i), or derived (below)
+    int n_target_layers = 0;         // lucebox files with A.dflash.n_target_layers and no ids (else 0)
     int sliding_window = 0;          // 0 = no SWA layer
     std::vector<bool> swa;           // per layer: true = sliding-window attention
     bool causal = false;             // attention.causal (the DFlash drivers use non-causal)
