@@ -6,24 +6,31 @@
 
 namespace luce {
 
-static void load_common(const GgufFile & f, HParams & hp, bool partial_rope = false) {
-    const std::string a = hp.arch + ".";
-    hp.n_ctx_train = int(f.u32(a + "context_length"));
-    hp.n_embd      = int(f.u32(a + "embedding_length"));
-    hp.n_layer     = int(f.u32(a + "block_count"));
-    hp.n_ff        = int(f.u32(a + "feed_forward_length"));
-    hp.n_head      = int(f.u32(a + "attention.head_count"));
-    hp.n_head_kv   = int(f.u32_opt(a + "attention.head_count_kv", uint32_t(hp.n_head)));
-    if (hp.n_embd <= 0 || hp.n_layer <= 0 || hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_ff <= 0) {
+TransformerShape read_transformer_shape(const GgufFile & f, const std::string & arch, int ctx_fallback) {
+    const std::string a = arch + ".";
+    TransformerShape s;
+    s.n_ctx_train = int(ctx_fallback < 0 ? f.u32(a + "context_length") : f.u32_opt(a + "context_length", uint32_t(ctx_fallback)));
+    s.n_embd      = int(f.u32(a + "embedding_length"));
+    s.n_layer     = int(f.u32(a + "block_count"));
+    s.n_ff        = int(f.u32(a + "feed_forward_length"));
+    s.n_head      = int(f.u32(a + "attention.head_count"));
+    s.n_head_kv   = int(f.u32_opt(a + "attention.head_count_kv", uint32_t(s.n_head)));
+    if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0) {
         f.fail(LUCE_ERR_MODEL, "embedding_length, block_count, feed_forward_length and head counts must be positive");
     }
-    if (hp.n_head % hp.n_head_kv != 0) {
-        f.fail(LUCE_ERR_MODEL, "attention.head_count (" + std::to_string(hp.n_head) +
-                                   ") is not a multiple of attention.head_count_kv (" + std::to_string(hp.n_head_kv) + ")");
+    if (s.n_head % s.n_head_kv != 0) {
+        f.fail(LUCE_ERR_MODEL, a + "attention.head_count (" + std::to_string(s.n_head) +
+                                   ") is not a multiple of attention.head_count_kv (" + std::to_string(s.n_head_kv) + ")");
     }
-    hp.head_dim = int(f.u32_opt(a + "attention.key_length", uint32_t(hp.n_embd / hp.n_head)));
-    const int v_dim = int(f.u32_opt(a + "attention.value_length", uint32_t(hp.head_dim)));
-    if (v_dim != hp.head_dim) f.fail(LUCE_ERR_UNSUPPORTED, "attention.value_length differs from key_length");
+    s.head_dim = int(f.u32_opt(a + "attention.key_length", uint32_t(s.n_embd / s.n_head)));
+    const int v_dim = int(f.u32_opt(a + "attention.value_length", uint32_t(s.head_dim)));
+    if (v_dim != s.head_dim) f.fail(LUCE_ERR_UNSUPPORTED, a + "attention.value_length differs from key_length");
+    return s;
+}
+
+static void load_common(const GgufFile & f, HParams & hp, bool partial_rope = false) {
+    const std::string a = hp.arch + ".";
+    assign_shape(hp, read_transformer_shape(f, hp.arch));
     hp.n_rot = int(f.u32_opt(a + "rope.dimension_count", uint32_t(hp.head_dim)));
     if (partial_rope ? (hp.n_rot <= 0 || hp.n_rot > hp.head_dim || hp.n_rot % 2) : hp.n_rot != hp.head_dim) {
         f.fail(LUCE_ERR_UNSUPPORTED, "rope.dimension_count (" + std::to_string(hp.n_rot) + ") must equal the head size (" +

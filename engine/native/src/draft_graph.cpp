@@ -16,15 +16,14 @@
 #include "engine.h"
 #include "device.h"
 #include "error.h"
+#include "runtime.h"
 
 #include <algorithm>
 #include <cmath>
 
 namespace luce {
 
-static constexpr int kCtxPad = 256;    // attended context rows granularity (graph reuse)
 static constexpr int kInjectChunk = 512;
-static int round_up(int x, int to) { return (x + to - 1) / to * to; }
 
 static size_t draft_max_nodes(const DraftHParams & hp) { return size_t(64) * hp.n_layer + 256; }
 
@@ -35,16 +34,6 @@ void DraftContext::Graph::clear() {
     feats = tokens = pos = idx = mask = mask_swa = logits = argmax = nullptr;
     key = -1;
     block = 0;
-}
-
-// Argmax per row, ties to the lowest id (as graph_dense.cpp's greedy_argmax and the host sampler).
-static ggml_tensor * greedy_argmax(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * ramp) {
-    ggml_tensor * best = ggml_argmax(ctx, logits);
-    const int64_t V = logits->ne[0], n = logits->ne[1];
-    ggml_tensor * max_l = ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, V, n), ggml_reshape_2d(ctx, best, 1, n));
-    ggml_tensor * below = ggml_step(ctx, ggml_neg(ctx, ggml_sub(ctx, logits, ggml_reshape_2d(ctx, max_l, 1, n))));
-    ggml_tensor * tied_rank = ggml_mul(ctx, ggml_scale_bias(ctx, below, -1.0f, 1.0f), ramp);
-    return ggml_argmax(ctx, tied_rank);
 }
 
 DraftContext::DraftContext(DraftModel & d, int n_ctx_draft) : d_(d) {

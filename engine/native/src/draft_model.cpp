@@ -14,6 +14,7 @@
 #include "draft_model.h"
 #include "device.h"
 #include "error.h"
+#include "weight_placement.h"
 
 #include <algorithm>
 
@@ -36,24 +37,8 @@ static std::string join(const std::vector<int> & v) {
 
 static void load_hparams(const GgufFile & f, DraftHParams & hp) {
     const std::string a = hp.arch + ".";
-    hp.n_ctx_train = int(f.u32_opt(a + "context_length", 4096));
-    hp.n_embd = int(f.u32(a + "embedding_length"));
-    hp.n_layer = int(f.u32(a + "block_count"));
-    hp.n_ff = int(f.u32(a + "feed_forward_length"));
-    hp.n_head = int(f.u32(a + "attention.head_count"));
-    hp.n_head_kv = int(f.u32_opt(a + "attention.head_count_kv", uint32_t(hp.n_head)));
-    if (hp.n_embd <= 0 || hp.n_layer <= 0 || hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_ff <= 0) {
-        f.fail(LUCE_ERR_MODEL, "embedding_length, block_count, feed_forward_length and head counts must be positive");
-    }
-    if (hp.n_head % hp.n_head_kv != 0) {
-        f.fail(LUCE_ERR_MODEL, a + "attention.head_count (" + std::to_string(hp.n_head) +
-                                   ") is not a multiple of attention.head_count_kv (" + std::to_string(hp.n_head_kv) + ")");
-    }
-    hp.head_dim = int(f.u32_opt(a + "attention.key_length", uint32_t(hp.n_embd / hp.n_head)));
+    assign_shape(hp, read_transformer_shape(f, hp.arch, /*ctx_fallback=*/4096));
     if (hp.head_dim <= 0 || hp.head_dim % 2) f.fail(LUCE_ERR_MODEL, a + "attention.key_length must be positive and even");
-    if (int(f.u32_opt(a + "attention.value_length", uint32_t(hp.head_dim))) != hp.head_dim) {
-        f.fail(LUCE_ERR_UNSUPPORTED, a + "attention.value_length differs from key_length");
-    }
     const int n_rot = int(f.u32_opt(a + "rope.dimension_count", uint32_t(hp.head_dim)));
     if (n_rot != hp.head_dim) {
         f.fail(LUCE_ERR_UNSUPPORTED, a + "rope.dimension_count (" + std::to_string(n_rot) + ") must equal the head size (" +
@@ -296,44 +281,13 @@ static void declare_draft_tensors(DraftModel & dm, TensorLoader & tl) {
         L.ffn_down = tl.require(p + "ffn_down.weight", {F, E});
     }
 
-    for (auto & e : tl.entries()) {
-        d->weight_bytes += ggml_nbytes(e.tensor);
-        d->n_params += uint64_t(ggml_nelements(e.tensor));
-    }
+    count_weights(tl.entries(), d->weight_bytes, d->n_params);
 }
 
 // Weights on the target's device: a window onto the mapping on CPU, else a device buffer.
-static void upload_draft_weights(DraftModel & dm, const TensorLoader & tl, bool use_mmap) {
-    DraftModel * d = &dm;
-    const GgufFile & f = *dm.file;
-    if (device_is_cpu(d->dev) && use_mmap) {
-        size_t lo = SIZE_MAX, hi = 0;
-        for (auto & e : tl.entries()) {
-            lo = std::min(lo, e.file_offset);
-            hi = std::max(hi, e.file_offset + ggml_nbytes(e.tensor));
-        }
-        lo &= ~size_t(4095);
-        d->buffer = ggml_backend_cpu_buffer_from_ptr(const_cast<uint8_t *>(f.mapped_data(lo)), hi - lo);
-        if (!d->buffer) f.fail(LUCE_ERR_MEMORY, "cannot wrap the mapped file in a CPU buffer");
-        for (auto & e : tl.entries()) {
-            void * addr = const_cast<uint8_t *>(f.mapped_data(e.file_offset));
-            if (ggml_backend_tensor_alloc(d->buffer, e.tensor, addr) != GGML_STATUS_SUCCESS) {
-                f.fail(LUCE_ERR_FORMAT, std::string("tensor ") + e.tensor->name + " is misaligned in the file");
-            }
-        }
-    } else {
-        size_t free_b = 0, total_b = 0;
-        ggml_backend_dev_memory(d->dev, &free_b, &total_b);
-        const std::string dev_name = ggml_backend_dev_name(d->dev);
-        if (!device_is_cpu(d->dev) && free_b > 0 && d->weight_bytes > free_b) {
-            f.fail(LUCE_ERR_MEMORY, "draft weights need " + format_bytes(d->weight_bytes) + " but " + dev_name + " has " +
-                                        format_bytes(free_b) + " free");
-        }
-        d->buffer = ggml_backend_alloc_ctx_tensors_from_buft(d->ctx, ggml_backend_dev_buffer_type(d->dev));
-        if (!d->buffer) f.fail(LUCE_ERR_MEMORY, "cannot allocate " + format_bytes(d->weight_bytes) + " for draft weights on " + dev_name);
-        for (auto & e : tl.entries()) ggml_backend_tensor_set(e.tensor, f.mapped_data(e.file_offset), 0, ggml_nbytes(e.tensor));
-    }
-    ggml_backend_buffer_set_usage(d->buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+static void upload_draft_weights(DraftModel & d, const TensorLoader & tl, bool use_mmap) {
+    d.buffer = place_weights(*d.file, d.dev, use_mmap, tl.entries(), plain_weight_layout(tl.entries()), d.weight_bytes,
+                             "draft weights", "");
 }
 
 std::unique_ptr<DraftModel> load_draft_model(const std::string & path, const Model & target, bool use_mmap,

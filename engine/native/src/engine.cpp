@@ -2,6 +2,7 @@
 #include "device.h"
 #include "error.h"
 #include "graph_pieces.h"
+#include "runtime.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,13 +11,6 @@
 
 namespace luce {
 
-using clock_type = std::chrono::steady_clock;
-static double ms_since(clock_type::time_point t0) {
-    return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-}
-
-static constexpr int kCtxPad = 256;   // attended cache length granularity (as llama.cpp's get_n_kv)
-static int round_up(int x, int to) { return (x + to - 1) / to * to; }
 
 
 static luce_engine_params normalized(const Model & m, luce_engine_params p) {
@@ -170,7 +164,7 @@ ggml_status Engine::compute_in_pieces(ggml_cgraph * gf) {
 }
 
 void Engine::check_cancel() {
-    if (cancel_.exchange(false)) throw Error(LUCE_ERR_CANCELLED, "cancelled");
+    throw_if_cancelled(cancel_);
 }
 
 void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify) {

@@ -2,6 +2,7 @@
 // Op order mirrors llama.cpp's (q, v, k expanded before the cache writes) so that backends fuse
 // the same kernels and round the same way.
 #include "graph.h"
+#include "runtime.h"
 #include "error.h"
 
 #include <cmath>
@@ -112,7 +113,7 @@ void capture_hidden(ggml_context * ctx, ForwardGraph & g, const KvCache & kv, in
 // sampler do. A GPU's parallel argmax may return any of the tied ids (random-weight files have
 // many exact ties), so the tied ids are ranked by the ramp n_vocab - i and the unique best of
 // that ranking is taken. One construction on every device, so the CPU tests cover it.
-static ggml_tensor * greedy_argmax(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * ramp) {
+ggml_tensor * greedy_argmax(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * ramp) {
     ggml_tensor * best = ggml_argmax(ctx, logits);   // I32 [n]: one of the maxima
     const int64_t V = logits->ne[0], n = logits->ne[1];
     ggml_tensor * max_l = ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, V, n), ggml_reshape_2d(ctx, best, 1, n));   // [1, 1, n]

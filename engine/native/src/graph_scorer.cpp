@@ -19,6 +19,7 @@
 #include "scorer.h"
 #include "graph.h"
 #include "error.h"
+#include "runtime.h"
 
 #include <cmath>
 
@@ -200,7 +201,6 @@ std::unique_ptr<ScorerGraph> build_scorer_tail(const Model & m, const ScorerCach
     return g;
 }
 
-static int round_up(int x, int to) { return (x + to - 1) / to * to; }
 
 // Dense: every key before the query (cells [0, q1), padded). Sparse (inputs longer than the
 // threshold, once the window has moved past the sink): cells [0, sink) + [q0 - window, q1).
@@ -210,12 +210,12 @@ ScorerKeys scorer_keys(const luce_scorer_params & p, int n_total, int q0, int q1
     const int lo = q0 - p.sparse_window;
     if (!long_input || lo <= p.sparse_sink) {
         k.n_real = q1;
-        k.n_kv = round_up(q1, 256);
+        k.n_kv = round_up(q1, kCtxPad);
         return k;
     }
     k.sparse = true;
     k.n_real = p.sparse_sink + (q1 - lo);
-    k.n_kv = round_up(k.n_real, 256);
+    k.n_kv = round_up(k.n_real, kCtxPad);
     k.rows.reserve(size_t(k.n_kv));
     for (int i = 0; i < p.sparse_sink; ++i) k.rows.push_back(i);
     for (int i = lo; i < q1; ++i) k.rows.push_back(i);

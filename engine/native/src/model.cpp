@@ -1,7 +1,7 @@
 #include "model.h"
 #include "device.h"
 #include "error.h"
-#include "weight_fusion.h"
+#include "weight_placement.h"
 
 #include "ggml-alloc.h"
 
@@ -144,57 +144,15 @@ std::unique_ptr<Model> load_model(const std::string & path, const luce_model_par
     else dense_declare_tensors(tl, *m);
     tl.refuse_undeclared(m->hp.arch, mtp_layer_tensor, m->hp.n_layer);
 
-    for (auto & e : tl.entries()) {
-        m->weight_bytes += ggml_nbytes(e.tensor);
-        m->n_params += uint64_t(ggml_nelements(e.tensor));
-    }
+    count_weights(tl.entries(), m->weight_bytes, m->n_params);
     m->type_summary = summarize_types(tl.entries());
     if (!load_weights) return m;   // planning: sizes are known, nothing is allocated or read
 
-    if (device_is_cpu(m->dev) && use_mmap) {
-        // Weights stay in the page cache: the CPU buffer is a window onto the mapping.
-        size_t lo = SIZE_MAX, hi = 0;
-        for (auto & e : tl.entries()) {
-            lo = std::min(lo, e.file_offset);
-            hi = std::max(hi, e.file_offset + ggml_nbytes(e.tensor));
-        }
-        lo &= ~size_t(4095);
-        m->buffer = ggml_backend_cpu_buffer_from_ptr(const_cast<uint8_t *>(f.mapped_data(lo)), hi - lo);
-        if (!m->buffer) f.fail(LUCE_ERR_MEMORY, "cannot wrap the mapped file in a CPU buffer");
-        for (auto & e : tl.entries()) {
-            void * addr = const_cast<uint8_t *>(f.mapped_data(e.file_offset));
-            if (ggml_backend_tensor_alloc(m->buffer, e.tensor, addr) != GGML_STATUS_SUCCESS) {
-                f.fail(LUCE_ERR_FORMAT, std::string("tensor ") + e.tensor->name + " is misaligned in the file");
-            }
-        }
-    } else {
-        size_t free_b = 0, total_b = 0;
-        ggml_backend_dev_memory(m->dev, &free_b, &total_b);
-        if (!device_is_cpu(m->dev) && free_b > 0 && m->weight_bytes > free_b) {
-            f.fail(LUCE_ERR_MEMORY, "weights need " + format_bytes(m->weight_bytes) + " but " + m->device_name +
-                                        " has " + format_bytes(free_b) + " free; use a smaller quantization or another device");
-        }
-        const WeightLayout layout = plan_weight_layout(*m, tl.entries(), params.fuse_weights);
-        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(m->dev);
-        const size_t align = ggml_backend_buft_get_alignment(buft);
-        size_t total = 0;
-        for (ggml_tensor * t : layout.alloc) total += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
-        m->buffer = ggml_backend_buft_alloc_buffer(buft, total);
-        if (!m->buffer) {
-            f.fail(LUCE_ERR_MEMORY, "cannot allocate " + format_bytes(m->weight_bytes) + " for weights on " + m->device_name);
-        }
-        ggml_tallocr talloc = ggml_tallocr_new(m->buffer);
-        for (ggml_tensor * t : layout.alloc) {
-            if (ggml_tallocr_alloc(&talloc, t) != GGML_STATUS_SUCCESS) {
-                f.fail(LUCE_ERR_MEMORY, std::string("cannot place weight ") + t->name + " in its buffer");
-            }
-        }
-        for (ggml_tensor * v : layout.views) ggml_backend_view_init(v);
-        for (const WeightUpload & u : layout.uploads) {
-            ggml_backend_tensor_set(u.dst, f.mapped_data(u.file_offset), u.dst_offset, u.nbytes);
-        }
-    }
-    ggml_backend_buffer_set_usage(m->buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    // On a CPU the mapped weights stay in the page cache; device copies may fuse projections.
+    const bool mapped = device_is_cpu(m->dev) && use_mmap;
+    const WeightLayout layout = mapped ? WeightLayout{} : plan_weight_layout(*m, tl.entries(), params.fuse_weights);
+    m->buffer = place_weights(f, m->dev, use_mmap, tl.entries(), layout, m->weight_bytes, "weights",
+                              "; use a smaller quantization or another device");
     return m;
 }
 

@@ -95,6 +95,21 @@ struct Model {
 // params: as luce_model_params (device null = "auto"; plan_only: validate and size, load nothing).
 std::unique_ptr<Model> load_model(const std::string & path, const luce_model_params & params);
 
+// The keys every transformer file has (model or draft), checked: context length (ctx_fallback < 0:
+// required), hidden size, layers, FFN width, heads, KV heads, head size (= value size).
+struct TransformerShape { int n_ctx_train, n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim; };
+TransformerShape read_transformer_shape(const GgufFile & f, const std::string & arch, int ctx_fallback = -1);
+// Copies the shape into a model's or a draft's hyperparameters (same field names).
+template <class H> void assign_shape(H & hp, const TransformerShape & s) {
+    hp.n_ctx_train = s.n_ctx_train;
+    hp.n_embd = s.n_embd;
+    hp.n_layer = s.n_layer;
+    hp.n_ff = s.n_ff;
+    hp.n_head = s.n_head;
+    hp.n_head_kv = s.n_head_kv;
+    hp.head_dim = s.head_dim;
+}
+
 // Per-architecture hooks (arch_llama.cpp, arch_qwen3.cpp).
 void llama_load_hparams(const GgufFile & f, HParams & hp);
 void qwen3_load_hparams(const GgufFile & f, HParams & hp);

@@ -1,5 +1,6 @@
 // scorer.cpp — the PFlash scorer's memory plan and its scoring pass (see scorer.h).
 #include "scorer.h"
+#include "runtime.h"
 #include "device.h"
 #include "error.h"
 
@@ -10,14 +11,8 @@
 
 namespace luce {
 
-using clock_type = std::chrono::steady_clock;
-static double ms_since(clock_type::time_point t0) {
-    return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-}
-
-static constexpr int kPad = 256;          // cache and attended-key granularity (as the engine's)
+static constexpr int kPad = kCtxPad;      // cache and attended-key granularity (as the engine's)
 static constexpr int kMaxTail = 256;      // tail queries per call
-static int round_up(int x, int to) { return (x + to - 1) / to * to; }
 
 // ---- cache ------------------------------------------------------------------------------------
 
@@ -179,7 +174,7 @@ Scorer::~Scorer() {
 }
 
 void Scorer::check_cancel() {
-    if (cancel_.exchange(false)) throw Error(LUCE_ERR_CANCELLED, "cancelled");
+    throw_if_cancelled(cancel_);
 }
 
 void Scorer::run(ScorerGraph & g) {

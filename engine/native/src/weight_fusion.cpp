@@ -83,6 +83,15 @@ WeightLayout plan_weight_layout(Model & m, const std::vector<TensorLoader::Entry
     return p.out;
 }
 
+WeightLayout plain_weight_layout(const std::vector<TensorLoader::Entry> & entries) {
+    WeightLayout out;
+    for (auto & e : entries) {
+        out.alloc.push_back(e.tensor);
+        out.uploads.push_back({e.tensor, 0, e.file_offset, ggml_nbytes(e.tensor)});
+    }
+    return out;
+}
+
 ggml_tensor * fused_rows(ggml_context * ctx, ggml_tensor * out, int64_t offset, int64_t rows) {
     return ggml_view_2d(ctx, out, rows, out->ne[1], out->nb[1], size_t(offset) * ggml_element_size(out));
 }

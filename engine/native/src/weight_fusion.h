@@ -31,6 +31,8 @@ struct WeightLayout {
 
 // Fuses where it helps (hybrid models; `enable` false: a plain layout) and rewires m.layers.
 WeightLayout plan_weight_layout(Model & m, const std::vector<TensorLoader::Entry> & entries, bool enable);
+// Every file tensor as it is (what a draft gets).
+WeightLayout plain_weight_layout(const std::vector<TensorLoader::Entry> & entries);
 
 // Output rows [offset, offset + rows) of a fused projection's result [total, n], as a [rows, n] view.
 ggml_tensor * fused_rows(ggml_context * ctx, ggml_tensor * out, int64_t offset, int64_t rows);

@@ -1,0 +1,33 @@
+// runtime.h — what every runner (Engine, DraftContext, Scorer) shares: timing, the attended-length
+// granularity, the cancel exchange and the device-side greedy argmax.
+#pragma once
+
+#include "error.h"
+
+#include "ggml.h"
+
+#include <atomic>
+#include <chrono>
+
+namespace luce {
+
+using clock_type = std::chrono::steady_clock;
+inline double ms_since(clock_type::time_point t0) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+// Cache and attended-key lengths come in steps of this (as llama.cpp's get_n_kv), so a graph is
+// reused while the context grows within a step.
+constexpr int kCtxPad = 256;
+inline int round_up(int x, int to) { return (x + to - 1) / to * to; }
+
+// A cancel requested from another thread (luce_*_cancel) stops the caller here, once.
+inline void throw_if_cancelled(std::atomic<bool> & flag) {
+    if (flag.exchange(false)) throw Error(LUCE_ERR_CANCELLED, "cancelled");
+}
+
+// Argmax per row of logits [V, n] with ties going to the lowest id, as the host sampler and
+// llama.cpp's greedy sampler do; ramp is [V] = V - i (graph_dense.cpp).
+ggml_tensor * greedy_argmax(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * ramp);
+
+} // namespace luce
