@@ -1,4 +1,4 @@
-"""Computing a graph in pieces (engine/native/src/graph_pieces.h), as luce's CUDA small-batch runner
+"""Computing a graph in pieces (engine/native/src/runtime/graph_pieces.h), as luce's CUDA small-batch runner
 does, gives the whole graph's results bit for bit. On the CPU, Engine(debug_piecewise=True) makes an
 engine compute every graph cut around each of its matmuls, each piece a graph of duplicated nodes
 with leaf proxies for what comes from before it; prefill, verify, rollback and decoding must all

@@ -72,7 +72,7 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     return plan;
 }
 
-static void check_plan_fits(const Model & m, const luce_engine_params & p, const luce_memory_plan & plan) {
+void check_plan_fits(const Model & m, const luce_engine_params & p, const luce_memory_plan & plan) {
     // Weights are already resident (or file-backed page cache on CPU): the engine needs the rest.
     const uint64_t need = plan.kv_cache + plan.recurrent + plan.compute + (device_is_cpu(m.dev) ? plan.outputs : 0);
     if (plan.device_free == 0 || need <= plan.device_free) return;

@@ -18,6 +18,9 @@
 namespace luce {
 
 luce_memory_plan plan_memory(const Model & m, const luce_engine_params & p);   // estimates; no allocation
+// The one "does it fit" check of luce_engine_plan and of an engine being made: what the engine needs
+// on top of the (resident) weights against the device's free memory; LUCE_ERR_MEMORY says what to change.
+void check_plan_fits(const Model & m, const luce_engine_params & p, const luce_memory_plan & plan);
 
 class Engine {
 public:

@@ -67,11 +67,7 @@ luce_status luce_engine_plan(const luce_model * model, luce_engine_params params
     return guarded([&] {
         REQUIRE(model && plan, "luce_engine_plan: model and plan are required");
         *plan = luce::plan_memory(*model->impl, params);
-        const uint64_t need = plan->kv_cache + plan->recurrent + plan->compute;
-        if (plan->device_free && need > plan->device_free) {
-            throw Error(LUCE_ERR_MEMORY, "the plan needs " + luce::format_bytes(need) + " besides the weights but " +
-                                             model->impl->device_name + " has " + luce::format_bytes(plan->device_free) + " free");
-        }
+        luce::check_plan_fits(*model->impl, params, *plan);
     });
 }
 
