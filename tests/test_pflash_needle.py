@@ -23,6 +23,8 @@ from luce_engine import Model, Scorer
 from luce_engine.pflash import SelectionConfig, chunk_scores, pool_scores, select, token_byte_offsets
 from reference import DEVICE, ON_GPU, THREADS, smollm2_path
 
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
+
 HAYSTACKS = [(101, 4096, 7), (202, 6144, 7), (303, 8000, 6)]   # (seed, tokens, needles); SmolLM2 trains at 8K
 KEEP = 0.1
 REQUIRED = 19

@@ -14,6 +14,8 @@ from luce_engine.tokenizer import Tokenizer
 from reference import DEVICE, THREADS, smollm2_path
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
+
 TEXT = ("Quarterly notes. " + " ".join(f"Item {i} costs {i * 37 % 1000} euros, 東京 {i} 🚀." for i in range(60))
         + "\ndef total(xs):\n    return sum(x * 2 for x in xs)\n"
         + " ".join(f"Row {i}: {i * 7919 % 10007} units shipped to café №{i}." for i in range(60)))

@@ -14,6 +14,8 @@ from luce_engine.speculative import ChainSpeculator
 from reference import DEVICE, KQUANT_GPU_BATCH_SHAPE_RTOL, THREADS, TINY_WEIGHTS, top2_margin
 from tools.tiny_gguf import Q4KM_QWEN35, TinyConfig, write_tiny_gguf
 
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
+
 B = 8   # block: x0 + 7 proposals
 
 

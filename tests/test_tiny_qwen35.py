@@ -15,6 +15,8 @@ import numpy as np  # noqa: E402
 
 from tools.tiny_gguf import TinyConfig, write_bad_gguf, write_tiny_gguf  # noqa: E402
 
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
+
 A = "qwen35"
 # A: Hv/Hk = 2, 4 layers (DeltaNet x3 + attention), untied, MTP block, recurrent_layers key
 # B: Hv/Hk = 4, 6 layers with interval 3 (attention at 2, 5), tied, no MTP, interval key only

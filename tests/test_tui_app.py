@@ -9,7 +9,7 @@ import pytest
 from luce_tui.screens.dialogs import ConfirmScreen
 from luce_tui.widgets.chips import Chip
 from luce_tui.widgets.messages import AssistantMessage, Notice, UserMessage
-from tui_support import (SIZE, run_async, ScriptedEngine, _isolated_config, engine, make_app, reference_reply,  # noqa: F401
+from tui_support import (SIZE, run_async, ScriptedEngine, engine, make_app, reference_reply,  # noqa: F401
                          screen_text, store, tiny_model, type_and_send, wait_for, wait_idle)
 
 

@@ -15,7 +15,7 @@ from luce_engine.prefill_compression import AttachmentCompressor, Compression
 from luce_tui.persist import Persistence
 from luce_tui.widgets.chips import Chip
 from luce_tui.widgets.messages import Notice
-from tui_support import (SIZE, _isolated_config, engine, make_app, run_async, store, tiny_model,  # noqa: F401
+from tui_support import (SIZE, engine, make_app, run_async, store, tiny_model,  # noqa: F401
                          type_and_send, wait_for, wait_idle)
 
 TEXT = "The quick brown fox jumps over the lazy dog.\n" * 12

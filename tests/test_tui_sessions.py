@@ -6,7 +6,7 @@ import json
 from luce_tui.screens.dialogs import AskScreen, ConfirmScreen
 from luce_tui.screens.sessions import SessionsScreen
 from luce_tui.widgets.messages import AssistantMessage, Notice, UserMessage
-from tui_support import (SIZE, _isolated_config, engine, make_app, run_async, store, tiny_model,  # noqa: F401
+from tui_support import (SIZE, engine, make_app, run_async, store, tiny_model,  # noqa: F401
                          type_and_send, wait_for, wait_idle)
 
 

@@ -60,13 +60,6 @@ def store(tmp_path):
     s.close()
 
 
-@pytest.fixture(autouse=True)
-def _isolated_config(tmp_path, monkeypatch):
-    """No test sees the developer's own config, themes or history."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("LUCE_DATA_DIR", str(tmp_path / "data"))
-
-
 def make_app(engine, store=None, **options) -> LuceApp:
     options.setdefault("max_tokens", 8)
     return LuceApp(engine, GREEDY, ChatOptions(**options), store=store)

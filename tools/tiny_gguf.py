@@ -422,21 +422,8 @@ def _check(cfg: TinyConfig) -> None:
                 raise ValueError(f"{name}={n} must be a multiple of {block} for {cfg.weight_type}")
 
 
-def _write(path, cfg: TinyConfig, *, arch_name: str | None = None, skip_key: str | None = None,
-           skip_tensor: str | None = None, bad_shape: str | None = None, int_tensor: str | None = None) -> str:
-    """Write the model; the keyword hooks inject exactly one defect for write_bad_gguf
-    while every other byte-producing step (rng draws included) stays the same."""
-    _check(cfg)
-    arch = arch_name or cfg.arch
-    if cfg.tokenizer_from:
-        tok_kvs, n_vocab = _read_tokenizer(os.path.realpath(cfg.tokenizer_from),
-                                           os.path.getmtime(cfg.tokenizer_from))
-    else:
-        n_vocab = cfg.n_vocab
-        tok_kvs = _byte_tokenizer(n_vocab, {"qwen3": "qwen2", "qwen35": "qwen35"}.get(cfg.arch, "smollm"))
-    qtype, ftype = WEIGHT_TYPES[cfg.weight_type]
-
-    w = _Writer(str(path), arch)
+def model_kvs(cfg: TinyConfig, arch: str, n_vocab: int, ftype: int) -> list[tuple]:
+    """The model's metadata (all but general.architecture and tokenizer.*) as (key, value, type[, sub_type])."""
     qwen35 = cfg.arch == "qwen35"
     n_layer_all = cfg.n_layer + (1 if qwen35 and cfg.mtp else 0)
     kvs = [
@@ -472,6 +459,26 @@ def _write(path, cfg: TinyConfig, *, arch_name: str | None = None, skip_key: str
                         [cfg.is_recurrent(i) for i in range(n_layer_all)], VT.ARRAY, VT.BOOL))
         if cfg.mtp:
             kvs.append((f"{arch}.nextn_predict_layers", 1, VT.UINT32))
+    return kvs
+
+
+def _write(path, cfg: TinyConfig, *, arch_name: str | None = None, skip_key: str | None = None,
+           skip_tensor: str | None = None, bad_shape: str | None = None, int_tensor: str | None = None) -> str:
+    """Write the model; the keyword hooks inject exactly one defect for write_bad_gguf
+    while every other byte-producing step (rng draws included) stays the same."""
+    _check(cfg)
+    arch = arch_name or cfg.arch
+    if cfg.tokenizer_from:
+        tok_kvs, n_vocab = _read_tokenizer(os.path.realpath(cfg.tokenizer_from),
+                                           os.path.getmtime(cfg.tokenizer_from))
+    else:
+        n_vocab = cfg.n_vocab
+        tok_kvs = _byte_tokenizer(n_vocab, {"qwen3": "qwen2", "qwen35": "qwen35"}.get(cfg.arch, "smollm"))
+    qtype, ftype = WEIGHT_TYPES[cfg.weight_type]
+
+    w = _Writer(str(path), arch)
+    qwen35 = cfg.arch == "qwen35"
+    kvs = model_kvs(cfg, arch, n_vocab, ftype)
     for key, val, vt, *sub in kvs:
         if key != skip_key:
             w.add_key_value(key, val, vt, sub_type=sub[0] if sub else None)
