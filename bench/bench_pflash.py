@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from llama_cpp_peer import LlamaCppPeer  # noqa: E402
 
 from luce_engine import Engine, Model, Scorer  # noqa: E402
-from luce_engine.prefill_compression import CompressionConfig, compress  # noqa: E402
+from luce_engine.pflash import CompressionConfig, compress  # noqa: E402
 
 WORDS = ("river stone market ledger winter signal copper harbor lantern orchard quarry meadow "
          "archive beacon canyon delta ember falcon glacier harvest island junction kettle").split()

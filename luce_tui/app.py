@@ -42,7 +42,7 @@ class ChatOptions:
     paste_threshold: int = 2000
     resume: str | None = None
     draft: str | None = None
-    prefill_drafter: str | None = None
+    pflash_scorer: str | None = None
     note: str | None = None                 # shown at start (e.g. speculative decoding unavailable)
     history_file: Path | None = None        # prompt history shared with the plain mode
     user_themes: Path | None = None
@@ -497,7 +497,7 @@ def run_app(engine, sampling, args, *, note: str | None = None) -> int:
     opts = ChatOptions(max_tokens=args.max_tokens, system=args.system, theme=args.theme or "dark",
                        highlight=bool(getattr(args, "highlight", False)),
                        paste_threshold=getattr(args, "paste_threshold", None) or 2000,
-                       resume=args.resume, draft=args.draft, prefill_drafter=args.prefill_drafter, note=note,
+                       resume=args.resume, draft=args.draft, pflash_scorer=args.pflash_scorer, note=note,
                        history_file=_history_path(data), user_themes=userconfig.themes_dir())
     app = LuceApp(engine, sampling, opts, store=store, store_error=store_error)
     try:

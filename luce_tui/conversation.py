@@ -15,7 +15,7 @@ fenced block per file), so the files stay separate parts of the message for whoe
 (the session store, a prompt compressor). Other keys (e.g. the session store's "id") are ignored.
 Only the template's markup is tokenized with control tokens parsed; message text never is (encode()).
 
-Prefill compression (PFlash): with a compressor on the engine (`engine.compressor`, an
+PFlash: with a compressor on the engine (`engine.compressor`, an
 AttachmentCompressor), the attachments of a new user message that pass its policy are replaced, in
 the prompt only, by the parts a scorer model ranks relevant to the message's typed question
 (`compress_attachments`). The kept text is stored on the attachment part ("compressed"), so later

@@ -20,7 +20,7 @@ import pytest
 
 from haystack import make_haystack
 from luce_engine import Model, Scorer
-from luce_engine.pflash import SelectionConfig, chunk_scores, pool_scores, select, token_byte_offsets
+from luce_engine.pflash_selection import SelectionConfig, chunk_scores, pool_scores, select, token_byte_offsets
 from reference import DEVICE, ON_GPU, THREADS, smollm2_path
 
 pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)

@@ -374,10 +374,10 @@ async def test_palette_provider_has_the_commands(engine):
 async def test_prefill_drafter_without_a_compressor_says_so(engine):
     from luce_tui.cli import build_parser, speculative_note
 
-    assert speculative_note(build_parser().parse_args(["--prefill-drafter", "/models/d.gguf"])) is None
-    note = speculative_note(build_parser().parse_args(["--prefill-compression", "always"]))
+    assert speculative_note(build_parser().parse_args(["--pflash-scorer", "/models/d.gguf"])) is None
+    note = speculative_note(build_parser().parse_args(["--pflash-mode", "always"]))
     assert "needs a scorer" in note   # never faked: without a scorer nothing is compressed
-    app = make_app(engine, note=note, prefill_drafter="/models/d.gguf")
+    app = make_app(engine, note=note, pflash_scorer="/models/d.gguf")
     async with app.run_test(size=SIZE) as pilot:
         assert "needs a scorer" in last_notice(app, "warning")
         await type_and_send(pilot, app, "/model", wait=False)

@@ -10,8 +10,8 @@ import sqlite3
 from types import SimpleNamespace
 
 import luce_engine as le
-from luce_engine.pflash import select
-from luce_engine.prefill_compression import AttachmentCompressor, Compression
+from luce_engine.pflash_selection import select
+from luce_engine.pflash import AttachmentCompressor, Compression
 from luce_tui.persist import Persistence
 from luce_tui.widgets.chips import Chip
 from luce_tui.widgets.messages import Notice
@@ -109,7 +109,7 @@ async def test_compress_command_and_attach_flags(engine, tmp_path):
 @run_async
 async def test_without_a_scorer_the_control_says_so(engine, tmp_path):
     (tmp_path / "notes.txt").write_text(TEXT)
-    app = make_app(engine)                  # no --prefill-drafter: no compressor
+    app = make_app(engine)                  # no --pflash-scorer: no compressor
     async with app.run_test(size=SIZE) as pilot:
         await attach(pilot, app, str(tmp_path / "notes.txt"), 1)
         n = app.pending[0].n_tokens
@@ -120,7 +120,7 @@ async def test_without_a_scorer_the_control_says_so(engine, tmp_path):
         assert chips(app) == [f"[notes.txt · {n:,} tok]"]
         for line in ("/compress on", "/compress", f"/attach --compress {tmp_path / 'notes.txt'}"):
             await type_and_send(pilot, app, line)
-            assert "--prefill-drafter PATH" in last_notice(app, "error")
+            assert "--pflash-scorer PATH" in last_notice(app, "error")
         assert len(app.pending) == 1
         await type_and_send(pilot, app, "Hi")
         assert "compress" not in app.conv.messages[0]["attachments"][0]
