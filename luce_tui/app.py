@@ -467,7 +467,7 @@ def _error_text(err: BaseException) -> str:
 
 def run_app(engine, sampling, args, *, note: str | None = None) -> int:
     """luce-chat without -p/--plain on a terminal."""
-    from luce_tui import config, userconfig
+    from luce_tui import locations
 
     store, store_error = None, None
     try:
@@ -493,12 +493,12 @@ def run_app(engine, sampling, args, *, note: str | None = None) -> int:
                 store.close()
             print(f"luce-chat: error: {e}", file=sys.stderr)
             return 2
-    data = config.data_dir(args.data_dir)
+    data = locations.data_dir(args.data_dir)
     opts = ChatOptions(max_tokens=args.max_tokens, system=args.system, theme=args.theme or "dark",
                        highlight=bool(getattr(args, "highlight", False)),
                        paste_threshold=getattr(args, "paste_threshold", None) or 2000,
                        resume=args.resume, draft=args.draft, pflash_scorer=args.pflash_scorer, note=note,
-                       history_file=_history_path(data), user_themes=userconfig.themes_dir())
+                       history_file=_history_path(data), user_themes=locations.themes_dir())
     app = LuceApp(engine, sampling, opts, store=store, store_error=store_error)
     try:
         app.run()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-from pathlib import Path
 
 from luce_engine import Sampling
 
@@ -111,17 +109,6 @@ def format_sampling(s: Sampling) -> str:
     seed = "random" if s.seed is None else str(s.seed)
     return (f"temperature={s.temperature:g} top_k={s.top_k} top_p={s.top_p:g} min_p={s.min_p:g} "
             f"repeat_penalty={s.repeat_penalty:g} presence_penalty={s.presence_penalty:g} seed={seed}")
-
-
-def data_dir(flag: str | None = None) -> Path:
-    """--data-dir, else $LUCE_DATA_DIR, else $XDG_DATA_HOME/luce, else ~/.local/share/luce."""
-    if flag:
-        return Path(flag).expanduser()
-    if os.environ.get("LUCE_DATA_DIR"):
-        return Path(os.environ["LUCE_DATA_DIR"]).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
-    return base / "luce"
 
 
 def human_bytes(n: float) -> str:

@@ -8,7 +8,7 @@ from typing import Callable
 from prompt_toolkit.completion import Completer, Completion
 from prompt_toolkit.formatted_text import FormattedText
 
-from luce_tui import config
+from luce_tui import config, locations
 from luce_tui.conversation import Conversation, ConversationError
 
 COMMANDS = {
@@ -182,7 +182,7 @@ class Repl:
 def _history(args):
     from prompt_toolkit.history import FileHistory, InMemoryHistory
 
-    path = config.data_dir(args.data_dir) / "history"
+    path = locations.data_dir(args.data_dir) / "history"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch(exist_ok=True)

@@ -25,7 +25,7 @@ import os
 import tomllib
 from pathlib import Path
 
-from luce_tui import config
+from luce_tui import config, locations
 
 # key -> (type, built-in default used when neither the flag nor the file gives one)
 KEYS: dict[str, tuple[type | tuple[type, ...], object]] = {
@@ -56,23 +56,10 @@ class ConfigError(ValueError):
     """The config file cannot be read or holds something we do not understand."""
 
 
-def config_dir() -> Path:
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".config") / "luce"
-
-
-def config_path() -> Path:
-    return config_dir() / "config.toml"
-
-
-def themes_dir() -> Path:
-    return config_dir() / "themes"
-
-
 def load(path: str | os.PathLike | None = None) -> dict:
     """The file's settings as a flat dict (sampling keys included); {} when the default file is absent."""
     explicit = path is not None
-    p = Path(path).expanduser() if explicit else config_path()
+    p = Path(path).expanduser() if explicit else locations.config_path()
     if not p.is_file():
         if explicit:
             raise ConfigError(f"{p}: no such config file")

@@ -227,16 +227,38 @@ def test_sampling_assignments():
 
 
 def test_data_dir_precedence(monkeypatch, tmp_path):
+    from luce_tui import locations
+
     monkeypatch.delenv("LUCE_DATA_DIR", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
-    assert config.data_dir() == tmp_path / "xdg" / "luce"
+    assert locations.data_dir() == tmp_path / "xdg" / "luce"
     monkeypatch.setenv("LUCE_DATA_DIR", str(tmp_path / "env"))
-    assert config.data_dir() == tmp_path / "env"
-    assert config.data_dir(str(tmp_path / "flag")) == tmp_path / "flag"
+    assert locations.data_dir() == tmp_path / "env"
+    assert locations.data_dir(str(tmp_path / "flag")) == tmp_path / "flag"
     monkeypatch.delenv("LUCE_DATA_DIR")
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert config.data_dir() == tmp_path / ".local" / "share" / "luce"
+    assert locations.data_dir() == tmp_path / ".local" / "share" / "luce"
+
+
+def test_one_answer_for_every_location_with_relative_xdg_dirs(monkeypatch, tmp_path):
+    """A relative XDG_DATA_HOME / XDG_CONFIG_HOME is ignored (the XDG spec), by the app and by the
+    session store alike: the app's history and its chats live in one directory."""
+    import luce_sessions
+    from luce_tui import locations, userconfig
+
+    monkeypatch.delenv("LUCE_DATA_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/data")
+    monkeypatch.setenv("XDG_CONFIG_HOME", "relative/config")
+    assert locations.data_dir() == luce_sessions.default_data_dir() == tmp_path / ".local" / "share" / "luce"
+    with luce_sessions.SessionStore() as store:
+        assert store.data_dir == locations.data_dir()
+    assert locations.config_dir() == tmp_path / ".config" / "luce"
+    assert locations.themes_dir() == tmp_path / ".config" / "luce" / "themes"
+    (tmp_path / ".config" / "luce").mkdir(parents=True)
+    locations.config_path().write_text('max_ctx = 1234\n')
+    assert userconfig.load() == {"max_ctx": 1234}
 
 
 def test_prompt_with_a_draft_model_gives_the_plain_greedy_answer(tmp_path):
