@@ -50,7 +50,6 @@ class LuceSpec:
 
     def plain(self, prompt: list[int], n: int) -> float:
         eng = self.engine
-        eng.speculator = None
         eng.truncate(0)
         eng.prefill(prompt)
         t0 = time.perf_counter()

@@ -66,10 +66,10 @@ class CommandsMixin:
             return f"{self.opts.pflash_scorer} (compression off)" if self.opts.pflash_scorer else "none"
 
         def draft_line() -> str:
-            d = getattr(eng, "draft", None)
+            d = self.runtime.draft
             if d is None:
                 return f"{self.opts.draft} (speculation off)" if self.opts.draft else "none"
-            sp = getattr(eng, "speculator", None)
+            sp = self.runtime.speculator
             st = sp.stats if sp is not None else None
             extra = (f", AL {st.acceptance_length:.2f} over {st.n_steps} steps" if st and st.n_steps else "")
             return (f"{d.path} ({d.dialect} dialect, block {d.block_size}, "

@@ -12,6 +12,7 @@ import sys
 import time
 
 from luce_tui import config
+from luce_tui.runtime import Runtime
 
 EXIT_ERROR = 2          # bad flags or a model that cannot be loaded (argparse uses 2 as well)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl+C
@@ -119,8 +120,9 @@ def _fail(message: str) -> int:
     return EXIT_ERROR
 
 
-def load(settings: config.EngineSettings, *, verbose: bool = False):
-    """Model + Engine (+ tokenizer and chat template, so their errors surface here too)."""
+def load(settings: config.EngineSettings, *, verbose: bool = False) -> Runtime:
+    """Model + Engine (+ tokenizer and chat template, so their errors surface here too), with the
+    draft and its speculator and the PFlash compressor that the settings ask for."""
     from luce_engine import Engine, Model
 
     t0 = time.perf_counter()
@@ -134,15 +136,14 @@ def load(settings: config.EngineSettings, *, verbose: bool = False):
     engine = Engine(model, n_ctx=_n_ctx(settings, model),
                     cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
                     n_verify_max=_n_verify_max(draft.block_size if draft else None, settings.draft_max))
+    runtime = Runtime(engine, draft=draft, compressor=_compressor(settings, model))
     if draft is not None:
         from luce_engine.speculative import ChainSpeculator
 
-        engine.speculator = ChainSpeculator(engine, draft, max_draft=settings.draft_max,
-                                            capture_ring=config.CAPTURE_RING)
-        engine.draft = draft
-    engine.compressor = _compressor(settings, model)
-    if verbose and engine.compressor is not None:
-        print(f"luce-chat: PFlash: {engine.compressor.describe()}", file=sys.stderr)
+        runtime.speculator = ChainSpeculator(engine, draft, max_draft=settings.draft_max,
+                                             capture_ring=config.CAPTURE_RING)
+    if verbose and runtime.compressor is not None:
+        print(f"luce-chat: PFlash: {runtime.compressor.describe()}", file=sys.stderr)
     if verbose and draft is not None:
         print(f"luce-chat: draft {os.path.basename(settings.draft)} ({draft.dialect} dialect, block {draft.block_size}, "
               f"features of target layers {list(draft.capture_layers)})", file=sys.stderr)
@@ -150,7 +151,7 @@ def load(settings: config.EngineSettings, *, verbose: bool = False):
         print(f"luce-chat: {model.name} ({model.arch}, {model.n_params / 1e6:.0f}M params) on {model.device}, "
               f"n_ctx {engine.n_ctx}, KV {engine.cache_type_k}/{engine.cache_type_v}, "
               f"loaded in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
-    return model, engine
+    return runtime
 
 
 def _compressor(settings: config.EngineSettings, model):
@@ -353,11 +354,12 @@ class _Progress:
             self.shown = False
 
 
-def run_once(engine, question: str, sampling, args) -> int:
+def run_once(runtime: Runtime, question: str, sampling, args) -> int:
     """-p: stream one answer to stdout; progress and stats go to stderr."""
     from luce_tui.conversation import Conversation
 
-    conv = Conversation(engine, system=args.system)
+    conv = Conversation(runtime.engine, system=args.system, speculator=runtime.speculator,
+                        compressor=runtime.compressor)
     progress = _Progress()
     out = sys.stdout
 
@@ -427,14 +429,13 @@ def main(argv: list[str] | None = None) -> int:
 
             if sys.stderr.isatty():
                 print(f"luce-chat: loading {os.path.basename(settings.target)} …", file=sys.stderr, flush=True)
-            model, engine = load(settings, verbose=args.verbose)
-            return run_app(engine, sampling, args, note=note)
-        model, engine = load(settings, verbose=args.verbose)
+            return run_app(load(settings, verbose=args.verbose), sampling, args, note=note)
+        runtime = load(settings, verbose=args.verbose)
         if args.prompt is not None:
-            return run_once(engine, args.prompt, sampling, args)
+            return run_once(runtime, args.prompt, sampling, args)
         from luce_tui.plain import run_plain
 
-        return run_plain(engine, sampling, args)
+        return run_plain(runtime, sampling, args)
     except ContextFullError as e:
         return _fail(f"{e}; raise --max-ctx for a longer context")
     except (EngineError, TokenizerError, ChatTemplateError) as e:

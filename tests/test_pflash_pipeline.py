@@ -106,11 +106,8 @@ def conversation(engine, scorer, **policy):
     from luce_engine.pflash import AttachmentCompressor
     from luce_tui.conversation import Conversation
 
-    engine.compressor = AttachmentCompressor(scorer, engine.model.tokenizer, **policy)
-    try:
-        return Conversation(engine, system="You answer from the attached files.")
-    finally:
-        del engine.compressor
+    return Conversation(engine, system="You answer from the attached files.",
+                        compressor=AttachmentCompressor(scorer, engine.model.tokenizer, **policy))
 
 
 def message(text=TEXT, **extra):
@@ -193,12 +190,12 @@ def test_cli_loads_the_scorer(tmp_path):
     args = build_parser().parse_args(["--target", target, "--device", DEVICE, "--pflash-scorer", scorer_path,
                                       "--max-ctx", "1024"])
     userconfig.merge(args, {})
-    _, engine = load(config.engine_settings(args))
-    assert engine.compressor.mode == "auto" and engine.compressor.scorer.model.arch == "qwen3"
-    assert "above 32,000 tokens, keep 5%" in engine.compressor.describe()
+    runtime = load(config.engine_settings(args))
+    assert runtime.compressor.mode == "auto" and runtime.compressor.scorer.model.arch == "qwen3"
+    assert "above 32,000 tokens, keep 5%" in runtime.compressor.describe()
+    assert runtime.draft is None and runtime.speculator is None
     args.pflash_mode = "off"
-    _, engine = load(config.engine_settings(args))
-    assert engine.compressor is None
+    assert load(config.engine_settings(args)).compressor is None
 
 
 def test_plan_counts_the_scorer(tmp_path, capsys):

@@ -51,9 +51,9 @@ async def attach(pilot, app, args: str, n: int):
 
 @run_async
 async def test_chip_click_cycles_the_choice_and_it_reaches_the_message(engine, store, tmp_path):
-    stub = engine.compressor = StubCompressor(engine.model.tokenizer, mode="auto", threshold=10**6)
+    stub = StubCompressor(engine.model.tokenizer, mode="auto", threshold=10**6)
     (tmp_path / "notes.txt").write_text(TEXT)
-    app = make_app(engine, store)
+    app = make_app(engine, store, compressor=stub)
     async with app.run_test(size=SIZE) as pilot:
         await attach(pilot, app, str(tmp_path / "notes.txt"), 1)
         n = app.pending[0].n_tokens
@@ -75,10 +75,10 @@ async def test_chip_click_cycles_the_choice_and_it_reaches_the_message(engine, s
 
 @run_async
 async def test_compress_command_and_attach_flags(engine, tmp_path):
-    stub = engine.compressor = StubCompressor(engine.model.tokenizer, mode="always", keep_ratio=0.25)
+    stub = StubCompressor(engine.model.tokenizer, mode="always", keep_ratio=0.25)
     for name in ("a.txt", "b.txt"):
         (tmp_path / name).write_text(name + " " + TEXT)
-    app = make_app(engine)
+    app = make_app(engine, compressor=stub)
     async with app.run_test(size=SIZE) as pilot:
         await attach(pilot, app, f"{tmp_path / 'a.txt'} --full", 1)
         await attach(pilot, app, str(tmp_path / "b.txt"), 2)
@@ -128,9 +128,8 @@ async def test_without_a_scorer_the_control_says_so(engine, tmp_path):
 
 @run_async
 async def test_resumed_chat_prefills_the_same_compressed_prompt(engine, store, tiny_model, tmp_path):
-    engine.compressor = StubCompressor(engine.model.tokenizer, mode="always")
     (tmp_path / "notes.txt").write_text(TEXT)
-    app = make_app(engine, store)
+    app = make_app(engine, store, compressor=StubCompressor(engine.model.tokenizer, mode="always"))
     async with app.run_test(size=SIZE) as pilot:
         await attach(pilot, app, str(tmp_path / "notes.txt"), 1)
         await type_and_send(pilot, app, "Summarise the file")
