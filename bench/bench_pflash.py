@@ -122,7 +122,7 @@ def main() -> int:
 
     lengths = [int(x) for x in args.lengths.split(",") if x]
     # no word of the filler: with the synthetic tokenizers of random-weight files, shared words make
-    # question 4-grams that anchor many chunks (ALGORITHMS.md §4.4) and the kept size balloons
+    # question 4-grams that anchor many chunks (docs/algorithms.md §4.4) and the kept size balloons
     question = "\n\nQuestion: please summarize the key facts of this document briefly."
     t_load = time.perf_counter()
     paths = Paths(args, n_ctx=max(lengths) + 512)

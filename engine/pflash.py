@@ -5,7 +5,7 @@
 
 Only the attachment is compressed: the caller renders the rest of the prompt (system prompt,
 tools, earlier turns, the question) unchanged and substitutes `Compression.kept_tokens` for the
-attachment's tokens (ALGORITHMS.md §4.1). Scorer and target may use different tokenizers: kept
+attachment's tokens (docs/algorithms.md §4.1). Scorer and target may use different tokenizers: kept
 scorer spans become byte ranges of the attachment's UTF-8 text, and the target tokens whose bytes
 touch a kept range are kept, so every kept target token keeps its own id (no re-tokenization
 at the span edges, no split characters; §4.5).

@@ -1,7 +1,7 @@
 """PFlash chunk selection: which parts of a long attachment the target prefills.
 
 A scorer model gives every attachment token an importance score (the attention the question's
-tokens pay it; ALGORITHMS.md §4). This module turns those scores into the kept token spans:
+tokens pay it; docs/algorithms.md §4). This module turns those scores into the kept token spans:
 
     scores ──pool──► 32-token chunk scores ──► forced head/tail + question anchors + best chunks
            ──► kept chunks in original order, merged into spans ──► target-token spans

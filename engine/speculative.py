@@ -9,7 +9,7 @@ One step, with c tokens in the context and x0 the token the target chose last (n
     commit x0, d1..da                    the rest is rolled back (KV length, recurrent state)
     the next x0 = y_a                    a draw from the target, never re-drawn
 
-Exactness (DESIGN.md §5): every emitted token is the target's own choice at its position — its
+Exactness (docs/architecture.md §5): every emitted token is the target's own choice at its position — its
 argmax, or its sample from the processed distribution drawn with the engine's generator in the
 same order as plain decoding — so greedy output equals plain greedy output, and sampled output is
 an exact draw (for a given seed, the same tokens as plain sampling, up to batch-shape rounding).

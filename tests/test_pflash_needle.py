@@ -4,7 +4,7 @@ holds the asked needle's number in at least 19 of 20 cases.
 
 20 cases = 3 haystacks (4K, 6K, 8K tokens; different prose/code mixes) × 6–7 needles with distinct
 words at 25–75% depth; each question asks for one needle, so the others are distractors (multi-key
-NIAH, ALGORITHMS.md §4.9). Each haystack's forward runs once (Scorer.score_questions), which keeps
+NIAH, docs/algorithms.md §4.9). Each haystack's forward runs once (Scorer.score_questions), which keeps
 the suite to a couple of minutes on 2 CPU cores. The scorer's forward runs block-sparse (the
 haystacks are longer than its threshold), the configuration whose quality needs the evidence; the
 dense path equals it below the threshold (test_pflash_scorer.py). Selection measures the scorer

@@ -1,5 +1,5 @@
 """Tests for the qwen35 (Gated DeltaNet + gated attention hybrid) models of tools/tiny_gguf.py:
-GGUF keys/tensors per GGUF-ARCHS.md §1.2, determinism, and llama.cpp (CPU) loading them."""
+GGUF keys/tensors per docs/gguf-formats.md §1.2, determinism, and llama.cpp (CPU) loading them."""
 import os
 import sys
 from pathlib import Path

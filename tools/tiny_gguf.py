@@ -1,13 +1,13 @@
 """Tiny random-weight GGUF models (llama / qwen3 / qwen35) for tests.
 
-The files use the real GGUF layout of GGUF-ARCHS.md §1.1/§1.3/§1.4/§5, so llama.cpp
+The files use the real GGUF layout of docs/gguf-formats.md §1.1/§1.3/§1.4/§5, so llama.cpp
 (llama-cpp-python) loads them, but weights are random and small (defaults: 60-530 KB;
 with a 49k-token tokenizer_from vocab a few MB).
 
     write_tiny_gguf(path, TinyConfig(arch="qwen3", head_dim=32, weight_type="q8_0"))
     write_tiny_gguf(path, TinyConfig(arch="qwen35", n_layer=4, head_dim=32, mtp=True))
 
-qwen35 is the Qwen3.5/3.6 hybrid of GGUF-ARCHS.md §1.2: Gated DeltaNet layers and gated
+qwen35 is the Qwen3.5/3.6 hybrid of docs/gguf-formats.md §1.2: Gated DeltaNet layers and gated
 full-attention layers (layer i is full attention iff (i+1) % full_attention_interval == 0),
 partial IMROPE rotary (n_rot, default head_dim // 4), optional MTP block appended.
 It needs n_layer >= full_attention_interval (default 4): llama.cpp aborts on a qwen35 model
@@ -110,7 +110,7 @@ class TinyConfig:
     mtp: bool = False              # append one MTP (nextn) block as layer n_layer
     write_recurrent_layers: bool = True  # write {arch}.attention.recurrent_layers (else the interval decides)
 
-    # derived qwen35 values (GGUF-ARCHS.md §1.2)
+    # derived qwen35 values (docs/gguf-formats.md §1.2)
     def rot(self) -> int:
         return self.n_rot if self.n_rot is not None else self.head_dim // 4
 
@@ -292,7 +292,7 @@ def _tensors(cfg: TinyConfig, n_vocab: int) -> list[tuple[str, np.ndarray, bool]
 
 
 def _tensors_qwen35(cfg: TinyConfig, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
-    """qwen35 tensors (GGUF-ARCHS.md §1.2), same conventions and scales as _tensors, plus:
+    """qwen35 tensors (docs/gguf-formats.md §1.2), same conventions and scales as _tensors, plus:
     * every *norm.weight is ~1 (the converter's "+1" is baked in, §1.1.4); ssm_norm has no
       +1 but HF initialises it to ones, so it is ~1 as well;
     * DeltaNet: conv taps small except the current-token tap (~0.8) so the conv keeps its
@@ -443,7 +443,7 @@ def model_kvs(cfg: TinyConfig, arch: str, n_vocab: int, ftype: int) -> list[tupl
         ("general.file_type", int(ftype), VT.UINT32),
         ("general.quantization_version", gguf.GGML_QUANT_VERSION, VT.UINT32),
     ]
-    if qwen35:  # GGUF-ARCHS.md §1.2 (all but recurrent_layers / interval / nextn are required)
+    if qwen35:  # docs/gguf-formats.md §1.2 (all but recurrent_layers / interval / nextn are required)
         S, Hv = cfg.ssm_state, cfg.ssm_heads
         kvs += [
             (f"{arch}.rope.dimension_sections", list(cfg.sections()), VT.ARRAY, VT.INT32),
