@@ -1,7 +1,13 @@
 """Decode and prefill speed: luce vs llama.cpp (llama-cpp-python) on the same GGUF, in one run.
 
     python bench/bench_engine.py                       # SmolLM2-135M on CPU
-    python bench/bench_engine.py --device cuda:0 --model M.gguf --prefill 512,8192
+    python bench/bench_engine.py --device cuda:0 --model M.gguf --prefill 512,8192 --verify 1,16
+    python bench/bench_engine.py ... --llama-bench /tmp/lcpbuild/bin/llama-bench   # + llama.cpp's own tool
+    python bench/bench_engine.py ... --rollback snapshot --skip-llama-cpp          # one engine setting alone
+
+--rollback, --small-batch-kernels and --fuse-weights are luce-chat's flags of the same names; left
+out, the engine's defaults apply. llama-bench (prefill at each length, decode of --decode-tokens,
+and one batch of n tokens for each verify size n) runs as a separate process after ours.
 
 Runs are interleaved (ours, theirs, ours, ...) after a warm-up so that drift in clocks or
 background load hits both alike; medians are reported. Decoding is greedy with EOS ignored.
@@ -15,6 +21,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,9 +38,10 @@ from luce_engine import Engine, Model, Sampling  # noqa: E402
 
 class LucePeer:
     def __init__(self, path: str, *, device: str, n_ctx: int, n_threads: int, n_batch: int = 512,
-                 n_verify_max: int = 16, **engine_params):
-        self.model = Model(path, device=device, n_threads=n_threads)
-        self.engine = Engine(self.model, n_ctx=n_ctx, n_batch=n_batch, n_verify_max=n_verify_max, **engine_params)
+                 n_verify_max: int = 16, model_params: dict | None = None, engine_params: dict | None = None):
+        self.model = Model(path, device=device, n_threads=n_threads, **(model_params or {}))
+        self.engine = Engine(self.model, n_ctx=n_ctx, n_batch=n_batch, n_verify_max=n_verify_max,
+                             **(engine_params or {}))
         self.greedy = Sampling()
 
     def prefill_seconds(self, tokens: list[int]) -> float:
@@ -68,7 +76,7 @@ class LucePeer:
 
     def commit_ms(self, prompt: list[int], batch: list[int], k: int, reps: int) -> list[float]:
         """commit(k) after verify(batch): the rollback a speculative step pays when k of its tokens
-        are kept (copies from snapshots with --rollback snapshot, or the default replay's recurrence). Milliseconds."""
+        are kept (copies from snapshots, or the recurrence again with --rollback replay). Milliseconds."""
         self.prefill_seconds(prompt)
         self.engine.checkpoint()   # truncating back here is then instant
         out = []
@@ -91,6 +99,27 @@ class LucePeer:
         return time.perf_counter() - t0, out
 
 
+def llama_bench(binary: str, path: str, *, prefill: list[int], verify: list[int], decode: int, repeats: int,
+                threads: int, gpu: bool) -> dict:
+    """llama.cpp's llama-bench on the same file: {"decode_tok_s": x, "prefill_tok_s": {n: x}, "batch_ms": {n: ms}}."""
+    cmd = [binary, "-m", path, "-ngl", "99" if gpu else "0", "-fa", "on", "-t", str(threads), "-r", str(repeats),
+           "-p", ",".join(str(n) for n in sorted(set(prefill + verify))), "-n", str(decode), "-o", "json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    if r.returncode != 0:
+        raise RuntimeError(f"llama-bench failed ({r.returncode}): {r.stderr[-1500:]}")
+    out = {"decode_tok_s": None, "prefill_tok_s": {}, "batch_ms": {}, "command": " ".join(cmd)}
+    for row in json.loads(r.stdout):
+        if row["n_gen"] and not row["n_prompt"]:
+            out["decode_tok_s"] = row["avg_ts"]
+        elif row["n_prompt"] and not row["n_gen"]:
+            n = row["n_prompt"]
+            if n in prefill:
+                out["prefill_tok_s"][n] = row["avg_ts"]
+            if n in verify:   # one n-token batch on an empty context: llama.cpp's cost of verifying n
+                out["batch_ms"][n] = n / row["avg_ts"] * 1e3
+    return out
+
+
 def synthetic_tokens(n: int, n_vocab: int, seed: int = 0) -> list[int]:
     # ordinary-looking ids away from the special tokens at the start of the vocabulary
     return [int(t) for t in np.random.default_rng(seed).integers(min(1000, n_vocab // 4), n_vocab, n)]
@@ -107,7 +136,14 @@ def main() -> int:
     ap.add_argument("--verify", default="", help="comma-separated batch sizes n: cost of verifying n tokens "
                                                   "in one batch, relative to one decode step (n <= 64)")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--rollback", choices=("snapshot", "replay"), default=None, help="default: the engine's")
+    ap.add_argument("--rollback", choices=("snapshot", "replay"), default=None,
+                    help="how a verify's rejected tokens are rolled back (default: the engine's)")
+    ap.add_argument("--small-batch-kernels", choices=("on", "off"), default=None,
+                    help="luce's CUDA kernels for small batches (default: the engine's)")
+    ap.add_argument("--fuse-weights", choices=("on", "off"), default=None,
+                    help="fused projection weights at load (default: the engine's)")
+    ap.add_argument("--llama-bench", default=None, metavar="BIN", help="also run llama.cpp's llama-bench on the file")
+    ap.add_argument("--skip-llama-cpp", action="store_true", help="measure luce alone (no llama-cpp-python peer)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
@@ -116,12 +152,16 @@ def main() -> int:
     prefill_lengths = [int(x) for x in args.prefill.split(",") if x]
     n_ctx = max(prefill_lengths + [args.prompt_tokens + args.decode_tokens]) + 256
     verify_sizes = [int(x) for x in args.verify.split(",") if x]
+    model_params = {} if args.fuse_weights is None else {"fuse_weights": args.fuse_weights == "on"}
+    engine_params = {} if args.rollback is None else {"rollback": args.rollback}
+    if args.small_batch_kernels is not None:
+        engine_params["small_batch_kernels"] = args.small_batch_kernels == "on"
     ours = LucePeer(path, device=args.device, n_ctx=n_ctx, n_threads=args.threads,
-                    n_verify_max=max(verify_sizes + [16]),
-                    **({"rollback": args.rollback} if args.rollback else {}))
-    theirs = LlamaCppPeer(path, n_ctx=n_ctx, n_threads=args.threads, gpu=gpu)
+                    n_verify_max=max(verify_sizes + [16]), model_params=model_params, engine_params=engine_params)
     n_vocab = ours.model.n_vocab
-    peers = {"luce": ours, "llama.cpp": theirs}
+    peers = {"luce": ours}
+    if not args.skip_llama_cpp:
+        peers["llama.cpp"] = LlamaCppPeer(path, n_ctx=n_ctx, n_threads=args.threads, gpu=gpu)
 
     # decode: warm-up, then interleaved repeats
     prompt = synthetic_tokens(args.prompt_tokens, n_vocab, seed=1)
@@ -134,7 +174,7 @@ def main() -> int:
         for name, p in peers.items():
             secs, outs[name] = p.decode_seconds(prompt, args.decode_tokens)
             decode[name].append(args.decode_tokens / secs)
-        same_tokens &= outs["luce"] == outs["llama.cpp"]
+        same_tokens &= outs["luce"] == outs.get("llama.cpp", outs["luce"])
 
     prefill = {k: {} for k in peers}
     for n in prefill_lengths:
@@ -163,37 +203,52 @@ def main() -> int:
         verify["luce"][n].update({"steady_ms": steady, "steady_steps": steady / (1e3 / med["luce"]),
                                   "commit_half_ms": statistics.median(ours.commit_ms(prompt, batch, n // 2, max(10, args.repeats)))})
     small_batch_evals = ours.engine.stats().get("n_small_batch_evals", 0)
+    info = {"model": ours.model.name, "weights": ours.model.weight_types, "backend_device": ours.model.device}
+    has_peer = "llama.cpp" in peers
+    del ours, peers   # free the device before llama-bench loads the file again
+    bench = llama_bench(args.llama_bench, path, prefill=prefill_lengths, verify=verify_sizes,
+                        decode=args.decode_tokens, repeats=max(3, args.repeats), threads=args.threads,
+                        gpu=gpu) if args.llama_bench else None
+    ratio = (lambda a, b: a / b) if has_peer else (lambda a, b: None)
     result = {
-        "model": ours.model.name, "path": path, "weights": ours.model.weight_types, "device": args.device,
-        "backend_device": ours.model.device, "threads": args.threads, "host": platform.node(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "decode_tok_s": med, "decode_runs": decode, "decode_ratio": med["luce"] / med["llama.cpp"],
-        "greedy_tokens_identical": same_tokens,
+        **info, "path": path, "device": args.device, "threads": args.threads, "host": platform.node(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model_params": model_params, "engine_params": engine_params,
+        "decode_tok_s": med, "decode_runs": decode,
+        "decode_ratio": ratio(med["luce"], med.get("llama.cpp")),
+        "greedy_tokens_identical": same_tokens if has_peer else None,
         "prefill_tok_s": prefill,
         "verify": verify,
         "small_batch_evals": small_batch_evals,
-        "prefill_ratio": {n: prefill["luce"][n] / prefill["llama.cpp"][n] for n in prefill_lengths},
+        "prefill_ratio": {n: ratio(prefill["luce"][n], prefill.get("llama.cpp", {}).get(n)) for n in prefill_lengths},
+        "llama_bench": bench,
     }
     out = Path(args.json) if args.json else Path(__file__).resolve().parent / "results" / (
         f"engine-{args.device.replace(':', '')}-{time.strftime('%Y%m%d-%H%M%S')}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
 
-    print(f"\n{ours.model.name} ({ours.model.weight_types}) on {ours.model.device}, {args.threads} threads")
-    print(f"{'metric':<22}{'luce':>12}{'llama.cpp':>12}{'ratio':>9}")
-    print(f"{'decode tok/s':<22}{med['luce']:>12.1f}{med['llama.cpp']:>12.1f}{result['decode_ratio']:>9.3f}")
+    def num(x, w=12, p=1):
+        return f"{x:>{w}.{p}f}" if x is not None else f"{'-':>{w}}"
+
+    lb = bench or {"decode_tok_s": None, "prefill_tok_s": {}, "batch_ms": {}}
+    settings = ", ".join(f"{k}={v}" for k, v in {**model_params, **engine_params}.items()) or "engine defaults"
+    print(f"\n{info['model']} ({info['weights']}) on {info['backend_device']}, {args.threads} threads, {settings}")
+    print(f"{'metric':<22}{'luce':>12}{'llama.cpp':>12}{'ratio':>9}{'llama-bench':>13}")
+    print(f"{'decode tok/s':<22}{med['luce']:>12.1f}{num(med.get('llama.cpp'))}{num(result['decode_ratio'], 9, 3)}"
+          f"{num(lb['decode_tok_s'], 13)}")
     for n in prefill_lengths:
-        print(f"{f'prefill {n} tok/s':<22}{prefill['luce'][n]:>12.1f}{prefill['llama.cpp'][n]:>12.1f}"
-              f"{result['prefill_ratio'][n]:>9.3f}")
+        print(f"{f'prefill {n} tok/s':<22}{prefill['luce'][n]:>12.1f}{num(prefill.get('llama.cpp', {}).get(n))}"
+              f"{num(result['prefill_ratio'][n], 9, 3)}{num(lb['prefill_tok_s'].get(n), 13)}")
     for n in verify["luce"]:
-        a, b = verify["luce"][n], verify["llama.cpp"][n]
-        print(f"{f'verify {n} ms (steps)':<22}{a['ms']:>7.1f} ({a['decode_steps']:.1f}){b['ms']:>6.1f} ({b['decode_steps']:.1f})"
-              f"{b['ms'] / a['ms']:>6.2f}x   luce steady {a['steady_ms']:.1f} ({a['steady_steps']:.2f})"
-              f"   commit n/2 {a['commit_half_ms']:.2f}")
+        a, b = verify["luce"][n], verify.get("llama.cpp", {}).get(n)
+        theirs = f"{b['ms']:>6.1f} ({b['decode_steps']:.1f}){b['ms'] / a['ms']:>6.2f}x" if b else f"{'-':>18}"
+        print(f"{f'verify {n} ms (steps)':<22}{a['ms']:>7.1f} ({a['decode_steps']:.1f}){theirs}"
+              f"   luce steady {a['steady_ms']:.1f} ({a['steady_steps']:.2f})   commit n/2 {a['commit_half_ms']:.2f}"
+              + (f"   llama-bench {lb['batch_ms'][n]:.1f}" if n in lb["batch_ms"] else ""))
     print("verify: after a fresh prefill each time (both engines); luce steady: repeated verify + commit(0); "
-          "commit n/2: the rollback keeping half the tokens")
+          "commit n/2: the rollback keeping half the tokens; llama-bench: one n-token batch on an empty context")
     print(f"luce evaluations on the CUDA small-batch kernels: {small_batch_evals}")
-    print(f"greedy tokens identical: {same_tokens}   json: {out}")
+    print(f"greedy tokens identical: {result['greedy_tokens_identical']}   json: {out}")
     return 0
 
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from llama_cpp_peer import LlamaCppPeer  # noqa: E402
 
 from luce_engine import Engine, Model, Scorer  # noqa: E402
-from luce_engine.prefill_compression import CompressionConfig, compress  # noqa: E402
+from luce_engine.pflash import CompressionConfig, compress  # noqa: E402
 
 WORDS = ("river stone market ledger winter signal copper harbor lantern orchard quarry meadow "
          "archive beacon canyon delta ember falcon glacier harvest island junction kettle").split()
@@ -122,7 +122,7 @@ def main() -> int:
 
     lengths = [int(x) for x in args.lengths.split(",") if x]
     # no word of the filler: with the synthetic tokenizers of random-weight files, shared words make
-    # question 4-grams that anchor many chunks (ALGORITHMS.md §4.4) and the kept size balloons
+    # question 4-grams that anchor many chunks (docs/algorithms.md §4.4) and the kept size balloons
     question = "\n\nQuestion: please summarize the key facts of this document briefly."
     t_load = time.perf_counter()
     paths = Paths(args, n_ctx=max(lengths) + 512)

@@ -4,7 +4,7 @@
         --llama-cli /tmp/lcpbuild/bin/llama-cli --lengths 1.5,3,4,6,8,12
 
 Random-weight models accept no drafts, so both sides use llama.cpp's `--spec-synth-len L`
-definition (luce_engine.synthetic): draft i is accepted with a constant conditional probability p,
+definition (bench/synthetic.py): draft i is accepted with a constant conditional probability p,
 p + p² + … + p^K = L − 1, while the draft pass and the (K+1)-token verify still run in full. The
 generated text is meaningless; the speed is what a real draft with mean acceptance length L gets.
 
@@ -27,9 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from luce_engine import DraftModel, Engine, Model, Sampling
-from luce_engine.speculative import ChainSpeculator
-from luce_engine.synthetic import SyntheticAcceptance
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from luce_engine import DraftModel, Engine, Model, Sampling  # noqa: E402
+from synthetic import SyntheticAcceptance, SyntheticSpeculator  # noqa: E402
 
 PROMPT = "Write a detailed essay about the history of the printing press and its effects on Europe."
 
@@ -39,16 +40,16 @@ def synthetic_tokens(n: int, n_vocab: int, seed: int = 0) -> list[int]:
 
 
 class LuceSpec:
-    def __init__(self, target: str, draft: str, *, device: str, n_ctx: int, draft_max: int, threads: int):
-        self.model = Model(target, device=device, n_threads=threads)
+    def __init__(self, target: str, draft: str, *, device: str, n_ctx: int, draft_max: int, threads: int,
+                 model_params: dict, engine_params: dict):
+        self.model = Model(target, device=device, n_threads=threads, **model_params)
         self.draft = DraftModel(draft, self.model)
         self.k = min(draft_max, self.draft.block_size - 1)
-        self.engine = Engine(self.model, n_ctx=n_ctx, n_verify_max=self.k + 1)
+        self.engine = Engine(self.model, n_ctx=n_ctx, n_verify_max=self.k + 1, **engine_params)
         self.greedy = Sampling()
 
     def plain(self, prompt: list[int], n: int) -> float:
         eng = self.engine
-        eng.speculator = None
         eng.truncate(0)
         eng.prefill(prompt)
         t0 = time.perf_counter()
@@ -60,8 +61,7 @@ class LuceSpec:
     def spec(self, prompt: list[int], n: int, length: float, seed: int) -> dict:
         eng = self.engine
         eng.truncate(0)
-        spec = ChainSpeculator(eng, self.draft, max_draft=self.k,
-                               synthetic=SyntheticAcceptance(length, self.k, seed=seed))
+        spec = SyntheticSpeculator(eng, self.draft, SyntheticAcceptance(length, self.k, seed=seed), max_draft=self.k)
         spec.attach()
         eng.prefill(prompt)
         t0 = time.perf_counter()
@@ -109,12 +109,17 @@ def main() -> int:
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--llama-cli", default=None, help="llama-cli binary for the side-by-side numbers")
+    ap.add_argument("--rollback", choices=("snapshot", "replay"), default=None, help="default: the engine's")
+    ap.add_argument("--fuse-weights", choices=("on", "off"), default=None, help="default: the engine's")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    model_params = {} if args.fuse_weights is None else {"fuse_weights": args.fuse_weights == "on"}
+    engine_params = {} if args.rollback is None else {"rollback": args.rollback}
 
     lengths = [float(x) for x in args.lengths.split(",") if x]
     ours = LuceSpec(args.target, args.draft, device=args.device, n_ctx=args.prompt_tokens + args.tokens + 512,
-                    draft_max=args.draft_max, threads=args.threads)
+                    draft_max=args.draft_max, threads=args.threads, model_params=model_params,
+                    engine_params=engine_params)
     k = ours.k
     prompt = synthetic_tokens(args.prompt_tokens, ours.model.n_vocab, seed=1)
     ours.plain(prompt, 32)                       # warm-up: graphs and caches for every shape
@@ -143,6 +148,7 @@ def main() -> int:
             theirs[L] = median_of(theirs_runs[L])
 
     result = {"target": args.target, "draft": args.draft, "device": args.device, "draft_max": k,
+              "model_params": model_params, "engine_params": engine_params,
               "tokens": args.tokens, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "luce_plain_tok_s": plain, "luce_spec": {str(L): v for L, v in spec.items()},
               "llama_plain_tok_s": theirs_plain, "llama_spec_tok_s": {str(L): v for L, v in theirs.items()},

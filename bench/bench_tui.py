@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from luce_engine import Engine, Model, Sampling, StepResult, default_model_path  # noqa: E402
 from luce_tui.app import ChatOptions, LuceApp  # noqa: E402
+from luce_tui.runtime import Runtime  # noqa: E402
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf  # noqa: E402
 
 WORDS = ("The engine verifies **sixteen** drafted tokens in one batch; `commit(k)` keeps the prefix. "
@@ -136,7 +137,7 @@ def main() -> int:
     path = write_tiny_gguf(tmp / "tiny.gguf", TinyConfig(arch="llama", n_vocab=0, tokenizer_from=default_model_path()))
     engine = Engine(Model(path, device="cpu"), n_ctx=1024)
     stream = SyntheticStream(engine, args.tokens, args.rate)
-    app = LuceApp(stream, Sampling(), ChatOptions(max_tokens=args.tokens, highlight=args.highlight))
+    app = LuceApp(Runtime(stream), Sampling(), ChatOptions(max_tokens=args.tokens, highlight=args.highlight))
     result = asyncio.run(measure(app, stream, args.key_every))
     result["source"] = "SYNTHETIC token stream through the real app and widgets"
     result["view"] = "provenance (highlight)" if args.highlight else "markdown"

@@ -96,7 +96,6 @@ class Engine:
             n_verify_max=n_verify_max, rollback=rollback, small_batch_kernels=small_batch_kernels,
             debug_piecewise=debug_piecewise))
         self.n_verify_max = n_verify_max
-        self.speculator = None   # a ChainSpeculator: generate() then speculates by default
         self._lock = threading.Lock()
         self._native_cache: tuple[Sampling, _core.SamplingParams] | None = None
 
@@ -218,12 +217,9 @@ class Engine:
         before it), max_tokens, a full context, or cancel(); the last result carries
         finish_reason. Tokens are decoded with the model's tokenizer. With a speculator
         (luce_engine.speculative.ChainSpeculator) a step may commit several tokens; stop
-        conditions still apply at the exact token, also inside a step. Without one, the engine's
-        own `speculator` attribute (None: plain decoding) is used.
+        conditions still apply at the exact token, also inside a step; without one, plain decoding.
         """
         s = sampling or Sampling()
-        if speculator is None:
-            speculator = self.speculator
         self._core.clear_cancel()
         self._core.set_seed(s.resolved_seed())
         tok = self.model.tokenizer

@@ -5,7 +5,7 @@
 
 score[j] = mean over the n_tail tail queries of (max over layers and heads of the softmax
 attention row of that query), computed on the device without ever forming the [S, S] matrix
-(ALGORITHMS.md §4.3). The scorer owns its KV cache and scratch for the duration of a call — sized
+(docs/algorithms.md §4.3). The scorer owns its KV cache and scratch for the duration of a call — sized
 to that call's input, planned before anything is allocated, freed when the call returns — so it
 never disturbs an Engine, not even one on the same Model. Inputs longer than `sparse_threshold`
 tokens run the scorer's own forward with block-sparse attention (a sink + a local window per
@@ -61,7 +61,7 @@ class Scorer:
         """float32 [len(tokens)] token scores; the last n_tail tokens are the queries.
 
         pre_rope: compare queries and keys before RoPE (after the q/k norms), which removes RoPE's
-        decay with distance (ALGORITHMS.md §4.3). progress(done, total) is called per micro-batch
+        decay with distance (docs/algorithms.md §4.3). progress(done, total) is called per micro-batch
         (return False to cancel); cancel() from another thread stops at the next graph boundary.
         Both raise GenerationCancelled.
         """

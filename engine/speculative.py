@@ -9,7 +9,7 @@ One step, with c tokens in the context and x0 the token the target chose last (n
     commit x0, d1..da                    the rest is rolled back (KV length, recurrent state)
     the next x0 = y_a                    a draw from the target, never re-drawn
 
-Exactness (DESIGN.md §5): every emitted token is the target's own choice at its position — its
+Exactness (docs/architecture.md §5): every emitted token is the target's own choice at its position — its
 argmax, or its sample from the processed distribution drawn with the engine's generator in the
 same order as plain decoding — so greedy output equals plain greedy output, and sampled output is
 an exact draw (for a given seed, the same tokens as plain sampling, up to batch-shape rounding).
@@ -69,11 +69,8 @@ class ChainSpeculator:
     reads), then step() in place of Engine.step(); Engine.generate(speculator=...) does both.
     """
 
-    def __init__(self, engine, drafter: Drafter, *, max_draft: int | None = None, capture_ring: int = 4096,
-                 synthetic=None):
+    def __init__(self, engine, drafter: Drafter, *, max_draft: int | None = None, capture_ring: int = 4096):
         self.engine, self.drafter = engine, drafter
-        # benchmark only (luce_engine.synthetic): accept drafts at random, output is not the target's
-        self.synthetic = synthetic
         self.max_draft = drafter.block_size - 1 if max_draft is None else min(max_draft, drafter.block_size - 1)
         if self.max_draft < 0:
             raise ValueError("max_draft must be >= 0")
@@ -119,9 +116,8 @@ class ChainSpeculator:
         return self.engine.argmax(row) if native is None else self.engine._core.sample(native, row)
 
     def _accepts(self, drafted: int, target: int, stop_ids) -> bool:
-        if self.synthetic is None:
-            return drafted == target
-        return drafted not in stop_ids and self.synthetic.accept()
+        """The acceptance rule: a draft is kept when it is the target's own choice."""
+        return drafted == target
 
     def step(self, sampling: Sampling, *, max_emit: int | None = None, stop_ids: frozenset[int] | set = frozenset()):
         """Commits 1..max_draft+1 tokens; returns a StepResult with per-token provenance.

@@ -18,7 +18,8 @@ the BPE is mirrored here in Python so the ids match token for token:
 * pieces are decoded like ``llama_token_to_piece``.
 
 Needs numpy, ``gguf`` (constants only) and ``tokenizers``; ``transformers`` only for the
-optional :attr:`Tokenizer.hf_tokenizer` wrapper.  Never torch, never the network.
+optional :attr:`Tokenizer.hf_tokenizer` wrapper (not a dependency of luce-chat: it comes with the
+``test`` extra).  Never torch, never the network.
 """
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ class ChatOptions:
     paste_threshold: int = 2000
     resume: str | None = None
     draft: str | None = None
-    prefill_drafter: str | None = None
+    pflash_scorer: str | None = None
     note: str | None = None                 # shown at start (e.g. speculative decoding unavailable)
     history_file: Path | None = None        # prompt history shared with the plain mode
     user_themes: Path | None = None
@@ -68,12 +68,13 @@ class LuceApp(CommandsMixin, App):
         Binding("ctrl+n", "new_chat", "new chat", show=False),
     ]
 
-    def __init__(self, engine, sampling, options: ChatOptions | None = None, *, store=None, store_error: str | None = None):
+    def __init__(self, runtime, sampling, options: ChatOptions | None = None, *, store=None, store_error: str | None = None):
         super().__init__()
-        self.engine, self.model = engine, engine.model
+        self.runtime, self.engine, self.model = runtime, runtime.engine, runtime.engine.model
         self.sampling = sampling
         self.opts = options or ChatOptions()
-        self.conv = Conversation(engine, system=self.opts.system)
+        self.conv = Conversation(self.engine, system=self.opts.system, speculator=runtime.speculator,
+                                 compressor=runtime.compressor)
         self.store, self.store_error = store, store_error
         self.persist = None
         if store is not None:
@@ -85,7 +86,7 @@ class LuceApp(CommandsMixin, App):
         self.pending: list[Attachment] = []
         self.job: Job | None = None
         self.edit_index: int | None = None
-        self.live = LiveStats(ctx_max=engine.n_ctx, ctx_used=engine.n_past)
+        self.live = LiveStats(ctx_max=self.engine.n_ctx, ctx_used=self.engine.n_past)
         self.last_result = None
         self._paste_count = 0
         # Time sources of the stats line: `clock` on the UI side, `job_clock` stamps the worker's
@@ -465,9 +466,9 @@ def _error_text(err: BaseException) -> str:
     return str(err) or type(err).__name__
 
 
-def run_app(engine, sampling, args, *, note: str | None = None) -> int:
+def run_app(runtime, sampling, args, *, note: str | None = None) -> int:
     """luce-chat without -p/--plain on a terminal."""
-    from luce_tui import config, userconfig
+    from luce_tui import locations
 
     store, store_error = None, None
     try:
@@ -493,13 +494,13 @@ def run_app(engine, sampling, args, *, note: str | None = None) -> int:
                 store.close()
             print(f"luce-chat: error: {e}", file=sys.stderr)
             return 2
-    data = config.data_dir(args.data_dir)
+    data = locations.data_dir(args.data_dir)
     opts = ChatOptions(max_tokens=args.max_tokens, system=args.system, theme=args.theme or "dark",
                        highlight=bool(getattr(args, "highlight", False)),
                        paste_threshold=getattr(args, "paste_threshold", None) or 2000,
-                       resume=args.resume, draft=args.draft, prefill_drafter=args.prefill_drafter, note=note,
-                       history_file=_history_path(data), user_themes=userconfig.themes_dir())
-    app = LuceApp(engine, sampling, opts, store=store, store_error=store_error)
+                       resume=args.resume, draft=args.draft, pflash_scorer=args.pflash_scorer, note=note,
+                       history_file=_history_path(data), user_themes=locations.themes_dir())
+    app = LuceApp(runtime, sampling, opts, store=store, store_error=store_error)
     try:
         app.run()
     finally:

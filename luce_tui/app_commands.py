@@ -63,13 +63,13 @@ class CommandsMixin:
             comp = getattr(self.conv, "compressor", None)
             if comp is not None:
                 return comp.describe()
-            return f"{self.opts.prefill_drafter} (compression off)" if self.opts.prefill_drafter else "none"
+            return f"{self.opts.pflash_scorer} (compression off)" if self.opts.pflash_scorer else "none"
 
         def draft_line() -> str:
-            d = getattr(eng, "draft", None)
+            d = self.runtime.draft
             if d is None:
                 return f"{self.opts.draft} (speculation off)" if self.opts.draft else "none"
-            sp = getattr(eng, "speculator", None)
+            sp = self.runtime.speculator
             st = sp.stats if sp is not None else None
             extra = (f", AL {st.acceptance_length:.2f} over {st.n_steps} steps" if st and st.n_steps else "")
             return (f"{d.path} ({d.dialect} dialect, block {d.block_size}, "
@@ -79,7 +79,7 @@ class CommandsMixin:
             f"model:   {m.name} ({m.arch}, {m.n_params / 1e6:.1f}M params, {config.human_bytes(m.weight_bytes)})",
             f"file:    {m.path}",
             f"draft:   {draft_line()}",
-            f"prefill drafter: {prefill_line()}",
+            f"PFlash scorer: {prefill_line()}",
             f"device:  {m.device}",
             f"weights: {m.weight_types}",
             f"context: n_ctx {eng.n_ctx:,} (trained {m.n_ctx_train:,}), KV {eng.cache_type_k}/{eng.cache_type_v}",
@@ -188,10 +188,10 @@ class CommandsMixin:
                            + problem.split("; ", 1)[1].capitalize(), "warning")
 
     def _compression_off(self) -> str:
-        if self.opts.prefill_drafter:
-            return (f"prefill compression is off ({self.opts.prefill_drafter} is not in use): attachments "
+        if self.opts.pflash_scorer:
+            return (f"PFlash is off ({self.opts.pflash_scorer} is not in use): attachments "
                     "are sent in full")
-        return ("prefill compression needs a PFlash scorer: start luce-chat with --prefill-drafter PATH; "
+        return ("compressing an attachment needs a PFlash scorer: start luce-chat with --pflash-scorer PATH; "
                 "attachments are sent in full")
 
     async def cmd_compress(self, rest: str) -> None:
@@ -215,7 +215,7 @@ class CommandsMixin:
                     a.compress = attachments.COMPRESS_MODES[args[0].lower()]
             self._refresh_chips()
         plan = attachments.compress_plan(self.pending, comp)
-        lines = [f"prefill compression: {comp.describe()}"]
+        lines = [f"PFlash: {comp.describe()}"]
         lines += [a.chip(w) for a, w in zip(self.pending, plan)] or ["no attachments waiting to be sent"]
         await self.say("\n".join(lines))
 

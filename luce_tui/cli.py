@@ -12,6 +12,7 @@ import sys
 import time
 
 from luce_tui import config
+from luce_tui.runtime import Runtime
 
 EXIT_ERROR = 2          # bad flags or a model that cannot be loaded (argparse uses 2 as well)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl+C
@@ -70,16 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="draft tokens proposed per step (default: the draft's block size - 1)")
     model.add_argument("--spec", choices=("off", "chain"),
                        help="speculative decoding with --draft: chain (default) or off")
-    model.add_argument("--prefill-drafter", metavar="PATH",
+    model.add_argument("--pflash-scorer", "--prefill-drafter", dest="pflash_scorer", metavar="PATH",
                        help="PFlash scorer GGUF (a small llama/qwen3 model, e.g. Qwen3-0.6B): long attachments are "
                             "compressed to the parts it ranks relevant to the question before the target prefills them")
-    model.add_argument("--prefill-compression", choices=("off", "auto", "always"),
-                       help="with --prefill-drafter: compress attachments above --prefill-threshold (auto, the "
+    model.add_argument("--pflash-mode", choices=("off", "auto", "always"),
+                       help="with --pflash-scorer: compress attachments above --pflash-threshold (auto, the "
                             "default), always, or never (off)")
-    model.add_argument("--prefill-threshold", type=_non_negative, metavar="N",
+    model.add_argument("--pflash-threshold", type=_non_negative, metavar="N",
                        help=f"auto compression: a message's attachments of more than N tokens "
-                            f"(default: {config.DEFAULT_PREFILL_THRESHOLD})")
-    model.add_argument("--prefill-keep-ratio", type=_ratio, metavar="R",
+                            f"(default: {config.DEFAULT_PFLASH_THRESHOLD})")
+    model.add_argument("--pflash-keep-ratio", type=_ratio, metavar="R",
                        help=f"share of an attachment's 32-token chunks kept (default: {config.DEFAULT_KEEP_RATIO})")
     # The engine validates the device and lists the available ones in its error message.
     model.add_argument("--device", help="auto, cpu or cuda:N (default: auto)")
@@ -126,8 +127,9 @@ def _fail(message: str) -> int:
     return EXIT_ERROR
 
 
-def load(settings: config.EngineSettings, *, verbose: bool = False):
-    """Model + Engine (+ tokenizer and chat template, so their errors surface here too)."""
+def load(settings: config.EngineSettings, *, verbose: bool = False) -> Runtime:
+    """Model + Engine (+ tokenizer and chat template, so their errors surface here too), with the
+    draft and its speculator and the PFlash compressor that the settings ask for."""
     from luce_engine import Engine, Model
 
     t0 = time.perf_counter()
@@ -142,15 +144,14 @@ def load(settings: config.EngineSettings, *, verbose: bool = False):
                     cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
                     n_verify_max=_n_verify_max(draft.block_size if draft else None, settings.draft_max),
                     **settings.engine_params())
+    runtime = Runtime(engine, draft=draft, compressor=_compressor(settings, model))
     if draft is not None:
         from luce_engine.speculative import ChainSpeculator
 
-        engine.speculator = ChainSpeculator(engine, draft, max_draft=settings.draft_max,
-                                            capture_ring=config.CAPTURE_RING)
-        engine.draft = draft
-    engine.compressor = _compressor(settings, model)
-    if verbose and engine.compressor is not None:
-        print(f"luce-chat: prefill compression: {engine.compressor.describe()}", file=sys.stderr)
+        runtime.speculator = ChainSpeculator(engine, draft, max_draft=settings.draft_max,
+                                             capture_ring=config.CAPTURE_RING)
+    if verbose and runtime.compressor is not None:
+        print(f"luce-chat: PFlash: {runtime.compressor.describe()}", file=sys.stderr)
     if verbose and draft is not None:
         print(f"luce-chat: draft {os.path.basename(settings.draft)} ({draft.dialect} dialect, block {draft.block_size}, "
               f"features of target layers {list(draft.capture_layers)})", file=sys.stderr)
@@ -158,20 +159,20 @@ def load(settings: config.EngineSettings, *, verbose: bool = False):
         print(f"luce-chat: {model.name} ({model.arch}, {model.n_params / 1e6:.0f}M params) on {model.device}, "
               f"n_ctx {engine.n_ctx}, KV {engine.cache_type_k}/{engine.cache_type_v}, "
               f"loaded in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
-    return model, engine
+    return runtime
 
 
 def _compressor(settings: config.EngineSettings, model):
-    """The PFlash scorer for long attachments (--prefill-drafter), on the target's device."""
-    if not settings.prefill_drafter or settings.prefill_compression == "off":
+    """The PFlash scorer for long attachments (--pflash-scorer), on the target's device."""
+    if not settings.pflash_scorer or settings.pflash_mode == "off":
         return None
     from luce_engine import Model, Scorer
-    from luce_engine.prefill_compression import AttachmentCompressor
+    from luce_engine.pflash import AttachmentCompressor
 
-    scorer = Scorer(Model(settings.prefill_drafter, device=settings.device, n_threads=settings.threads))
+    scorer = Scorer(Model(settings.pflash_scorer, device=settings.device, n_threads=settings.threads))
     scorer.tokenizer   # built now, so its errors surface at start-up
-    return AttachmentCompressor(scorer, model.tokenizer, mode=settings.prefill_compression,
-                                threshold=settings.prefill_threshold, keep_ratio=settings.prefill_keep_ratio)
+    return AttachmentCompressor(scorer, model.tokenizer, mode=settings.pflash_mode,
+                                threshold=settings.pflash_threshold, keep_ratio=settings.pflash_keep_ratio)
 
 
 def _n_ctx(settings: config.EngineSettings, model) -> int:
@@ -238,9 +239,9 @@ def print_plan(settings: config.EngineSettings) -> int:
                     draft_compute=draft["compute"], capture_ring=draft["capture_ring"],
                     total=plan["total"] + draft["total"])
     if scorer is not None:
-        print(f"  scorer {os.path.basename(settings.prefill_drafter)}: scoring an attachment of "
+        print(f"  scorer {os.path.basename(settings.pflash_scorer)}: scoring an attachment of "
               f"{scorer['n_tokens']:,} tokens (one that compresses to the context at keep "
-              f"{settings.prefill_keep_ratio:g}) allocates its KV cache and scratch, freed afterwards")
+              f"{settings.pflash_keep_ratio:g}) allocates its KV cache and scratch, freed afterwards")
         rows.update(scorer_weights=scorer["weights"], scorer_kv_cache=scorer["kv_cache"],
                     scorer_compute=scorer["compute"], total=rows["total"] + scorer["total"])
     print(config.format_plan(rows))
@@ -259,7 +260,7 @@ def print_plan(settings: config.EngineSettings) -> int:
         hints = _plan_hints(settings, n_ctx, budget, draft_total, n_verify_max if draft else 0, block or 0,
                             lambda n, tk, tv, verify=n_verify_max: need(target_plan(n, tk, tv, verify=verify)))
         if scorer_total:
-            hints += (f"; or turn prefill compression off (--prefill-compression off saves "
+            hints += (f"; or turn PFlash off (--pflash-mode off saves "
                       f"{config.human_bytes(scorer_total)})")
         return _fail(f"does not fit: needs {config.human_bytes(total_need)} of {config.human_bytes(budget)}; "
                      f"{hints}")
@@ -270,12 +271,12 @@ def print_plan(settings: config.EngineSettings) -> int:
 def _plan_scorer(settings: config.EngineSettings, n_ctx: int) -> dict | None:
     """The PFlash scorer's part of the plan: its weights, and one scoring call on the largest
     attachment whose compression still fits the context (n_ctx / keep ratio, at most 1M tokens)."""
-    if not settings.prefill_drafter or settings.prefill_compression == "off":
+    if not settings.pflash_scorer or settings.pflash_mode == "off":
         return None
     from luce_engine import Model, Scorer
 
-    smodel = Model(settings.prefill_drafter, device=settings.device, n_threads=settings.threads, plan_only=True)
-    n_tokens = min(int(n_ctx / settings.prefill_keep_ratio), 1 << 20)
+    smodel = Model(settings.pflash_scorer, device=settings.device, n_threads=settings.threads, plan_only=True)
+    n_tokens = min(int(n_ctx / settings.pflash_keep_ratio), 1 << 20)
     p = Scorer.plan_for(smodel, n_tokens, check=False)
     return {"weights": p["weights"], "kv_cache": p["kv_cache"], "compute": p["compute"],
             "total": p["weights"] + p["kv_cache"] + p["compute"], "n_tokens": n_tokens}
@@ -362,11 +363,12 @@ class _Progress:
             self.shown = False
 
 
-def run_once(engine, question: str, sampling, args) -> int:
+def run_once(runtime: Runtime, question: str, sampling, args) -> int:
     """-p: stream one answer to stdout; progress and stats go to stderr."""
     from luce_tui.conversation import Conversation
 
-    conv = Conversation(engine, system=args.system)
+    conv = Conversation(runtime.engine, system=args.system, speculator=runtime.speculator,
+                        compressor=runtime.compressor)
     progress = _Progress()
     out = sys.stdout
 
@@ -390,8 +392,8 @@ def run_once(engine, question: str, sampling, args) -> int:
 
 def speculative_note(args) -> str | None:
     """What to tell the user when a setting will not do what it says (never faked)."""
-    if getattr(args, "prefill_drafter", None) is None and getattr(args, "prefill_compression", None) == "always":
-        return "--prefill-compression always needs a scorer: set --prefill-drafter PATH (attachments are prefilled in full)"
+    if getattr(args, "pflash_scorer", None) is None and getattr(args, "pflash_mode", None) == "always":
+        return "--pflash-mode always needs a scorer: set --pflash-scorer PATH (attachments are prefilled in full)"
     return None
 
 
@@ -436,14 +438,13 @@ def main(argv: list[str] | None = None) -> int:
 
             if sys.stderr.isatty():
                 print(f"luce-chat: loading {os.path.basename(settings.target)} …", file=sys.stderr, flush=True)
-            model, engine = load(settings, verbose=args.verbose)
-            return run_app(engine, sampling, args, note=note)
-        model, engine = load(settings, verbose=args.verbose)
+            return run_app(load(settings, verbose=args.verbose), sampling, args, note=note)
+        runtime = load(settings, verbose=args.verbose)
         if args.prompt is not None:
-            return run_once(engine, args.prompt, sampling, args)
+            return run_once(runtime, args.prompt, sampling, args)
         from luce_tui.plain import run_plain
 
-        return run_plain(engine, sampling, args)
+        return run_plain(runtime, sampling, args)
     except ContextFullError as e:
         return _fail(f"{e}; raise --max-ctx for a longer context")
     except (EngineError, TokenizerError, ChatTemplateError) as e:

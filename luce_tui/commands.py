@@ -95,5 +95,5 @@ def help_text() -> str:
     lines = [f"{c.usage:<{width}}  {c.help}" for c in COMMANDS.values()]
     lines += ["", "keys: Enter send · Shift+Enter/Ctrl+J newline · Up history · Tab complete · "
                   "Ctrl+O $EDITOR · Esc cancel · Ctrl+P palette · F2 highlight · Ctrl+Q quit",
-              "click an attachment chip: its PFlash choice, auto → compress → full (with --prefill-drafter)"]
+              "click an attachment chip: its PFlash choice, auto → compress → full (with --pflash-scorer)"]
     return "\n".join(lines)

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-from pathlib import Path
 
 from luce_engine import Sampling
 
 CACHE_TYPES = ("f16", "q8_0", "q4_0")
 DEFAULT_MAX_CTX = 4096
 DEFAULT_MAX_TOKENS = 1024
-DEFAULT_PREFILL_THRESHOLD = 32000   # tokens of attachments above which auto compression starts
+DEFAULT_PFLASH_THRESHOLD = 32000   # tokens of attachments above which auto compression starts
 DEFAULT_KEEP_RATIO = 0.05
 # Speculative decoding's fixed sizes (cli.load uses them, --plan plans with them): positions in the
 # DFlash draft's KV ring, and in the target engine's hidden-state capture ring the draft reads.
@@ -46,10 +44,10 @@ class EngineSettings:
     draft: str | None = None      # DFlash draft GGUF (speculative decoding when spec == "chain")
     draft_max: int | None = None  # proposals per block (default: the draft's block size - 1)
     spec: str = "chain"           # off | chain
-    prefill_drafter: str | None = None          # PFlash scorer GGUF
-    prefill_compression: str = "auto"           # off | auto | always
-    prefill_threshold: int = DEFAULT_PREFILL_THRESHOLD
-    prefill_keep_ratio: float = DEFAULT_KEEP_RATIO
+    pflash_scorer: str | None = None          # PFlash scorer GGUF
+    pflash_mode: str = "auto"           # off | auto | always
+    pflash_threshold: int = DEFAULT_PFLASH_THRESHOLD
+    pflash_keep_ratio: float = DEFAULT_KEEP_RATIO
     # --rollback, --small-batch-kernels, --fuse-weights; None: the engine's default
     rollback: str | None = None
     small_batch_kernels: bool | None = None
@@ -82,10 +80,10 @@ def engine_settings(args) -> EngineSettings:
                           cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
                           draft=getattr(args, "draft", None), draft_max=getattr(args, "draft_max", None),
                           spec=getattr(args, "spec", None) or "chain",
-                          prefill_drafter=getattr(args, "prefill_drafter", None),
-                          prefill_compression=getattr(args, "prefill_compression", None) or "auto",
-                          prefill_threshold=_given(getattr(args, "prefill_threshold", None), DEFAULT_PREFILL_THRESHOLD),
-                          prefill_keep_ratio=_given(getattr(args, "prefill_keep_ratio", None), DEFAULT_KEEP_RATIO),
+                          pflash_scorer=getattr(args, "pflash_scorer", None),
+                          pflash_mode=getattr(args, "pflash_mode", None) or "auto",
+                          pflash_threshold=_given(getattr(args, "pflash_threshold", None), DEFAULT_PFLASH_THRESHOLD),
+                          pflash_keep_ratio=_given(getattr(args, "pflash_keep_ratio", None), DEFAULT_KEEP_RATIO),
                           rollback=getattr(args, "rollback", None),
                           small_batch_kernels=_on_off(getattr(args, "small_batch_kernels", None)),
                           fuse_weights=_on_off(getattr(args, "fuse_weights", None)))
@@ -134,17 +132,6 @@ def format_sampling(s: Sampling) -> str:
             f"repeat_penalty={s.repeat_penalty:g} presence_penalty={s.presence_penalty:g} seed={seed}")
 
 
-def data_dir(flag: str | None = None) -> Path:
-    """--data-dir, else $LUCE_DATA_DIR, else $XDG_DATA_HOME/luce, else ~/.local/share/luce."""
-    if flag:
-        return Path(flag).expanduser()
-    if os.environ.get("LUCE_DATA_DIR"):
-        return Path(os.environ["LUCE_DATA_DIR"]).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
-    return base / "luce"
-
-
 def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
@@ -163,7 +150,7 @@ def parse_bytes(text: str) -> int:
     return int(float(t))
 
 
-PLAN_ROWS = {   # key -> label, in display order; draft rows with --draft, scorer rows with --prefill-drafter
+PLAN_ROWS = {   # key -> label, in display order; draft rows with --draft, scorer rows with --pflash-scorer
     "weights": "weights", "kv_cache": "kv_cache", "recurrent": "recurrent", "compute": "compute",
     "outputs": "outputs", "draft_weights": "draft weights", "draft_kv_cache": "draft KV",
     "draft_compute": "draft compute", "capture_ring": "capture ring",

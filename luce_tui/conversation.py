@@ -15,8 +15,7 @@ fenced block per file), so the files stay separate parts of the message for whoe
 (the session store, a prompt compressor). Other keys (e.g. the session store's "id") are ignored.
 Only the template's markup is tokenized with control tokens parsed; message text never is (encode()).
 
-Prefill compression (PFlash): with a compressor on the engine (`engine.compressor`, an
-AttachmentCompressor), the attachments of a new user message that pass its policy are replaced, in
+PFlash: with a compressor (an AttachmentCompressor, the runtime's), the attachments of a new user message that pass its policy are replaced, in
 the prompt only, by the parts a scorer model ranks relevant to the message's typed question
 (`compress_attachments`). The kept text is stored on the attachment part ("compressed"), so later
 turns render the same prompt (the context prefix stays reusable) and the original stays in "text".
@@ -131,13 +130,14 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class Conversation:
-    """System prompt + messages on one engine.
+    """System prompt + messages on one engine; replies speculate with `speculator` (a ChainSpeculator
+    on that engine) and long attachments go through `compressor` (PFlash) when they are given.
 
     >>> conv = Conversation(engine, system="Be brief.")
     >>> conv.reply("Hi!", sampling=Sampling(), max_tokens=32, on_text=print).text
     """
 
-    def __init__(self, engine: Engine, *, system: str | None = None):
+    def __init__(self, engine: Engine, *, system: str | None = None, speculator=None, compressor=None):
         self.engine = engine
         self.tokenizer = engine.model.tokenizer
         self.template = engine.model.chat_template
@@ -146,7 +146,8 @@ class Conversation:
         self.last: TurnResult | None = None
         self._stop: threading.Event | None = None      # the running turn's, for cancel()
         self._encoded: tuple[str, list[int]] | None = None   # last render -> ids (big attachments)
-        self.compressor = getattr(engine, "compressor", None)   # PFlash (AttachmentCompressor) or None
+        self.speculator = speculator
+        self.compressor = compressor   # PFlash (AttachmentCompressor) or None
         self._compressed: list[dict] = []              # compressions of the turn being prepared
 
     # -- prompt ----------------------------------------------------------------------------
@@ -384,7 +385,8 @@ class Conversation:
                 return not stop.is_set()
 
             # `stop` also covers a Ctrl+C that came before generate() cleared the engine's cancel flag.
-            for r in eng.generate(prompt[keep:], sampling=sampling, max_tokens=max_tokens, progress=progress):
+            for r in eng.generate(prompt[keep:], sampling=sampling, max_tokens=max_tokens, progress=progress,
+                                  speculator=self.speculator):
                 events.put(("step", r))
                 if stop.is_set():
                     break

@@ -8,7 +8,7 @@ from typing import Callable
 from prompt_toolkit.completion import Completer, Completion
 from prompt_toolkit.formatted_text import FormattedText
 
-from luce_tui import config
+from luce_tui import config, locations
 from luce_tui.conversation import Conversation, ConversationError
 
 COMMANDS = {
@@ -53,10 +53,11 @@ class SlashCompleter(Completer):
 class Repl:
     """Commands and turns, independent of where lines come from (terminal or pipe)."""
 
-    def __init__(self, engine, sampling, *, system: str | None = None, max_tokens: int = 1024,
+    def __init__(self, runtime, sampling, *, system: str | None = None, max_tokens: int = 1024,
                  show_stats: bool = False, tty: bool = False, out=None, err=None):
-        self.conv = Conversation(engine, system=system)
-        self.engine, self.model = engine, engine.model
+        self.conv = Conversation(runtime.engine, system=system, speculator=runtime.speculator,
+                                 compressor=runtime.compressor)
+        self.engine, self.model = runtime.engine, runtime.engine.model
         self.sampling, self.max_tokens, self.show_stats, self.tty = sampling, max_tokens, show_stats, tty
         self.out, self.err = out or sys.stdout, err or sys.stderr
 
@@ -182,7 +183,7 @@ class Repl:
 def _history(args):
     from prompt_toolkit.history import FileHistory, InMemoryHistory
 
-    path = config.data_dir(args.data_dir) / "history"
+    path = locations.data_dir(args.data_dir) / "history"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch(exist_ok=True)
@@ -234,9 +235,9 @@ def _pipe_loop(repl: Repl) -> int:
     return 0
 
 
-def run_plain(engine, sampling, args) -> int:
+def run_plain(runtime, sampling, args) -> int:
     tty = sys.stdin.isatty() and sys.stdout.isatty()
-    repl = Repl(engine, sampling, system=args.system, max_tokens=args.max_tokens,
+    repl = Repl(runtime, sampling, system=args.system, max_tokens=args.max_tokens,
                 show_stats=args.stats or args.verbose, tty=tty)
     try:
         return _terminal_loop(repl, args) if tty else _pipe_loop(repl)

@@ -7,10 +7,10 @@ It holds model paths and defaults; flags given on the command line override it. 
     max_ctx = 32768
     cache_type_k = "q8_0"
     theme = "dark"
-    prefill_drafter = "~/models/Qwen3-0.6B-BF16.gguf"   # PFlash scorer for long attachments
-    prefill_compression = "auto"                       # off | auto | always
-    prefill_threshold = 32000
-    prefill_keep_ratio = 0.05
+    pflash_scorer = "~/models/Qwen3-0.6B-BF16.gguf"     # PFlash scorer for long attachments
+    pflash_mode = "auto"                                # off | auto | always
+    pflash_threshold = 32000
+    pflash_keep_ratio = 0.05
 
     [sampling]
     temperature = 0.6
@@ -25,16 +25,16 @@ import os
 import tomllib
 from pathlib import Path
 
-from luce_tui import config
+from luce_tui import config, locations
 
 # key -> (type, built-in default used when neither the flag nor the file gives one)
 KEYS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "target": (str, None),
     "draft": (str, None),
-    "prefill_drafter": (str, None),
-    "prefill_compression": (str, "auto"),
-    "prefill_threshold": (int, config.DEFAULT_PREFILL_THRESHOLD),
-    "prefill_keep_ratio": ((int, float), config.DEFAULT_KEEP_RATIO),
+    "pflash_scorer": (str, None),
+    "pflash_mode": (str, "auto"),
+    "pflash_threshold": (int, config.DEFAULT_PFLASH_THRESHOLD),
+    "pflash_keep_ratio": ((int, float), config.DEFAULT_KEEP_RATIO),
     "device": (str, "auto"),
     "max_ctx": (int, None),            # None: config.DEFAULT_MAX_CTX (and "not given" for the cap note)
     "cache_type_k": (str, "f16"),
@@ -47,29 +47,19 @@ KEYS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "highlight": (bool, False),
     "paste_threshold": (int, 2000),
 }
+# keys of earlier versions: a clear error instead of "unknown key"
+RENAMED = {"prefill_drafter": "pflash_scorer", "prefill_compression": "pflash_mode",
+           "prefill_threshold": "pflash_threshold", "prefill_keep_ratio": "pflash_keep_ratio"}
 
 
 class ConfigError(ValueError):
     """The config file cannot be read or holds something we do not understand."""
 
 
-def config_dir() -> Path:
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".config") / "luce"
-
-
-def config_path() -> Path:
-    return config_dir() / "config.toml"
-
-
-def themes_dir() -> Path:
-    return config_dir() / "themes"
-
-
 def load(path: str | os.PathLike | None = None) -> dict:
     """The file's settings as a flat dict (sampling keys included); {} when the default file is absent."""
     explicit = path is not None
-    p = Path(path).expanduser() if explicit else config_path()
+    p = Path(path).expanduser() if explicit else locations.config_path()
     if not p.is_file():
         if explicit:
             raise ConfigError(f"{p}: no such config file")
@@ -84,6 +74,8 @@ def load(path: str | os.PathLike | None = None) -> dict:
         raise ConfigError(f"{p}: [sampling] must be a table")
     for key, value in data.items():
         key = key.replace("-", "_")
+        if key in RENAMED:
+            raise ConfigError(f"{p}: {key!r} is now called {RENAMED[key]!r}")
         if key not in KEYS:
             raise ConfigError(f"{p}: unknown key {key!r} (known: {', '.join(KEYS)}, [sampling])")
         out[key] = _typed(p, key, value, KEYS[key][0])
@@ -96,12 +88,12 @@ def load(path: str | os.PathLike | None = None) -> dict:
     for key in ("cache_type_k", "cache_type_v"):
         if key in out and out[key] not in config.CACHE_TYPES:
             raise ConfigError(f"{p}: {key} must be one of {', '.join(config.CACHE_TYPES)}")
-    if out.get("prefill_compression", "auto") not in ("off", "auto", "always"):
-        raise ConfigError(f"{p}: prefill_compression must be one of off, auto, always")
-    if not 0 < out.get("prefill_keep_ratio", config.DEFAULT_KEEP_RATIO) <= 1:
-        raise ConfigError(f"{p}: prefill_keep_ratio must be in (0, 1]")
-    if out.get("prefill_threshold", 0) < 0:
-        raise ConfigError(f"{p}: prefill_threshold must be >= 0")
+    if out.get("pflash_mode", "auto") not in ("off", "auto", "always"):
+        raise ConfigError(f"{p}: pflash_mode must be one of off, auto, always")
+    if not 0 < out.get("pflash_keep_ratio", config.DEFAULT_KEEP_RATIO) <= 1:
+        raise ConfigError(f"{p}: pflash_keep_ratio must be in (0, 1]")
+    if out.get("pflash_threshold", 0) < 0:
+        raise ConfigError(f"{p}: pflash_threshold must be >= 0")
     return out
 
 

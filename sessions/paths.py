@@ -8,15 +8,19 @@ from pathlib import Path
 DB_FILENAME = "sessions.db"
 
 
+def xdg_home(variable: str, fallback: str) -> Path:
+    """$variable (XDG_DATA_HOME, XDG_CONFIG_HOME), else ~/fallback. The XDG spec says a relative
+    path in these variables is invalid and must be ignored."""
+    xdg = os.path.expanduser(os.environ.get(variable, ""))
+    return Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / fallback
+
+
 def default_data_dir() -> Path:
     """$LUCE_DATA_DIR, else $XDG_DATA_HOME/luce, else ~/.local/share/luce."""
     env = os.environ.get("LUCE_DATA_DIR")
     if env:
         return Path(env).expanduser()
-    xdg = os.path.expanduser(os.environ.get("XDG_DATA_HOME", ""))
-    # the XDG spec says a relative XDG_DATA_HOME is invalid and must be ignored
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "share"
-    return base / "luce"
+    return xdg_home("XDG_DATA_HOME", ".local/share") / "luce"
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:

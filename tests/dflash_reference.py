@@ -1,8 +1,8 @@
-"""Independent numpy (float64) reference of the DFlash draft forward, design (A) of ALGORITHMS.md §1.4.
+"""Independent numpy (float64) reference of the DFlash draft forward, design (A) of docs/algorithms.md §1.4.
 
 Reads a draft GGUF of either dialect (llama.cpp arch `dflash` or lucebox `dflash-draft` /
-`qwen35-dflash-draft`, ALGORITHMS.md §1.1 table) with the `gguf` package and computes, per
-GGUF-ARCHS.md §3.2:
+`qwen35-dflash-draft`, docs/algorithms.md §1.1 table) with the `gguf` package and computes, per
+docs/gguf-formats.md §3.2:
 
   KV injection (context positions p, captured target features F_p [Nf*E]):
       g = rmsnorm(fc . F_p) * hidden_norm                     (llama: enc.output_norm)
@@ -185,7 +185,7 @@ def load_target_head(path) -> TargetHead:
 
 
 def resolve_head(draft: DraftModel, target: TargetHead | None) -> tuple[np.ndarray, np.ndarray]:
-    """(embedding table, LM head) the draft runs with (GGUF-ARCHS.md §1.5): the draft's own
+    """(embedding table, LM head) the draft runs with (docs/gguf-formats.md §1.5): the draft's own
     token_embd if present (and its output, else the same tied table), else the target's."""
     if draft.token_embd is not None:
         return draft.token_embd, draft.output if draft.output is not None else draft.token_embd
@@ -279,7 +279,7 @@ def block_forward(draft: DraftModel, head: tuple[np.ndarray, np.ndarray], ctx_kv
 
 
 def noise_block(x0: int, mask_token_id: int, block_size: int) -> list[int]:
-    """[x0, M, ..., M] of length block_size (GGUF-ARCHS.md §3.3)."""
+    """[x0, M, ..., M] of length block_size (docs/gguf-formats.md §3.3)."""
     return [int(x0)] + [int(mask_token_id)] * (block_size - 1)
 
 

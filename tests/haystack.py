@@ -5,7 +5,7 @@ identifiers, numbers and comments — in a per-case mix (code share 20–80%), w
 "The special magic {word} number is: {7 digits}." placed between paragraphs at a chosen depth,
 and a question at the end that asks for it. Numbers are everywhere in the filler (prices, line
 counts, constants in code), so the digits alone do not make the needle stand out; repeated filler
-sentences are avoided because they make any needle trivially salient (ALGORITHMS.md §4.9).
+sentences are avoided because they make any needle trivially salient (docs/algorithms.md §4.9).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Float64 numpy reference of the PFlash scorer (ALGORITHMS.md §4.3, §4.7) for llama / qwen3 GGUFs.
+"""Float64 numpy reference of the PFlash scorer (docs/algorithms.md §4.3, §4.7) for llama / qwen3 GGUFs.
 
 Written from the definitions, independently of the engine's graphs: a plain per-token forward
 (RMSNorm, GQA attention with RoPE, SwiGLU) that records every layer's queries and keys, then

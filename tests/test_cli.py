@@ -16,6 +16,7 @@ from luce_engine import ContextFullError, Sampling
 from luce_tui import config
 from luce_tui.conversation import Conversation, ConversationError, common_prefix
 from luce_tui.plain import Repl
+from luce_tui.runtime import Runtime
 
 COMMON = ["--device", "cpu", "--threads", "1"]
 GREEDY = Sampling.chat_default().updated(temperature=0)   # what `--temp 0` means
@@ -205,7 +206,7 @@ def test_conversation_errors_leave_history_untouched(model):
 
 def test_repl_reports_errors_and_keeps_going(model):
     out, err = io.StringIO(), io.StringIO()
-    repl = Repl(le.Engine(model, n_ctx=256), GREEDY, max_tokens=4, out=out, err=err)
+    repl = Repl(Runtime(le.Engine(model, n_ctx=256)), GREEDY, max_tokens=4, out=out, err=err)
     assert repl.handle("word " * 300) is True
     assert "/new" in err.getvalue() and "--max-ctx" in err.getvalue()
     assert repl.handle("/sampling top_k=") and "expected an integer" in err.getvalue()
@@ -227,16 +228,61 @@ def test_sampling_assignments():
 
 
 def test_data_dir_precedence(monkeypatch, tmp_path):
+    from luce_tui import locations
+
     monkeypatch.delenv("LUCE_DATA_DIR", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
-    assert config.data_dir() == tmp_path / "xdg" / "luce"
+    assert locations.data_dir() == tmp_path / "xdg" / "luce"
     monkeypatch.setenv("LUCE_DATA_DIR", str(tmp_path / "env"))
-    assert config.data_dir() == tmp_path / "env"
-    assert config.data_dir(str(tmp_path / "flag")) == tmp_path / "flag"
+    assert locations.data_dir() == tmp_path / "env"
+    assert locations.data_dir(str(tmp_path / "flag")) == tmp_path / "flag"
     monkeypatch.delenv("LUCE_DATA_DIR")
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert config.data_dir() == tmp_path / ".local" / "share" / "luce"
+    assert locations.data_dir() == tmp_path / ".local" / "share" / "luce"
+
+
+def test_one_answer_for_every_location_with_relative_xdg_dirs(monkeypatch, tmp_path):
+    """A relative XDG_DATA_HOME / XDG_CONFIG_HOME is ignored (the XDG spec), by the app and by the
+    session store alike: the app's history and its chats live in one directory."""
+    import luce_sessions
+    from luce_tui import locations, userconfig
+
+    monkeypatch.delenv("LUCE_DATA_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/data")
+    monkeypatch.setenv("XDG_CONFIG_HOME", "relative/config")
+    assert locations.data_dir() == luce_sessions.default_data_dir() == tmp_path / ".local" / "share" / "luce"
+    with luce_sessions.SessionStore() as store:
+        assert store.data_dir == locations.data_dir()
+    assert locations.config_dir() == tmp_path / ".config" / "luce"
+    assert locations.themes_dir() == tmp_path / ".config" / "luce" / "themes"
+    (tmp_path / ".config" / "luce").mkdir(parents=True)
+    locations.config_path().write_text('max_ctx = 1234\n')
+    assert userconfig.load() == {"max_ctx": 1234}
+
+
+def test_the_loader_returns_a_runtime_whose_replies_speculate(tmp_path):
+    """cli.load() hands the draft, its speculator and the compressor over in a Runtime (nothing is
+    patched onto the engine), and a Conversation given the speculator drafts its replies."""
+    from luce_tui import userconfig
+    from luce_tui.cli import build_parser, load
+    from tools.tiny_dflash import TinyDraftConfig, write_tiny_dflash
+    from tools.tiny_gguf import TinyConfig, write_tiny_gguf
+
+    cfg = TinyConfig(arch="qwen35", n_layer=4, head_dim=32, seed=8, tokenizer_from=str(le.default_model_path()))
+    target = write_tiny_gguf(tmp_path / "t.gguf", cfg)
+    draft = write_tiny_dflash(tmp_path / "d.gguf", target, TinyDraftConfig(block_size=8))
+    args = build_parser().parse_args(["--target", target, "--draft", draft, "--device", "cpu", "--threads", "1",
+                                      "--max-ctx", "512"])
+    userconfig.merge(args, {})
+    runtime = load(config.engine_settings(args))
+    assert runtime.speculator.drafter is runtime.draft and runtime.compressor is None
+    assert runtime.model is runtime.engine.model
+    assert not hasattr(runtime.engine, "speculator") and not hasattr(runtime.engine, "draft")
+    conv = Conversation(runtime.engine, speculator=runtime.speculator)
+    r = conv.reply("Hello there", sampling=GREEDY, max_tokens=16)
+    assert r.n_drafted > 0 and r.generated_tokens > 0
 
 
 def test_prompt_with_a_draft_model_gives_the_plain_greedy_answer(tmp_path):

@@ -18,7 +18,7 @@ from gguf import quants
 from luce_engine import _core
 
 DEVICE = os.environ.get("LUCE_TEST_DEVICE", "")
-pytestmark = pytest.mark.skipif(not DEVICE.startswith("cuda"), reason="needs LUCE_TEST_DEVICE=cuda:N")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not DEVICE.startswith("cuda"), reason="needs LUCE_TEST_DEVICE=cuda:N")]
 BLOCK_BYTES = {QT.Q4_K: 144, QT.Q6_K: 210}
 
 

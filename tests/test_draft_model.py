@@ -19,6 +19,8 @@ from reference import DEVICE, DRAFT_REF_TOL, ON_GPU, THREADS
 from tools.tiny_dflash import BAD_DRAFT_DETAILS, BAD_DRAFT_KINDS, TinyDraftConfig, write_bad_draft, write_tiny_dflash
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
+
 TOL = DRAFT_REF_TOL   # max |ours - reference| relative to max |reference logit|
 
 TARGETS = {

@@ -13,6 +13,8 @@ from luce_engine import (ContextFullError, Engine, EngineStateError, GenerationC
 from reference import DEVICE, KQUANT_GPU_BATCH_SHAPE_RTOL, THREADS, smollm2_path
 from tools.tiny_gguf import Q4KM_QWEN35, TinyConfig, write_tiny_gguf
 
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
+
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):

@@ -10,6 +10,8 @@ from reference import (DEVICE, THREADS, our_greedy, reference_greedy, reference_
                        smollm2_path, top2_margin)
 from tools.tiny_gguf import Q4KM_QWEN35, TinyConfig, write_tiny_gguf
 
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
+
 TINY_CONFIGS = {
     "llama": TinyConfig(arch="llama", n_vocab=512, n_embd=128, n_layer=3, n_head=4, n_head_kv=2, head_dim=32, n_ff=256, seed=1),
     "llama-tied": TinyConfig(arch="llama", n_vocab=384, n_embd=64, n_layer=2, n_head=4, n_head_kv=4, head_dim=16,

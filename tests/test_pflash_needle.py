@@ -4,7 +4,7 @@ holds the asked needle's number in at least 19 of 20 cases.
 
 20 cases = 3 haystacks (4K, 6K, 8K tokens; different prose/code mixes) × 6–7 needles with distinct
 words at 25–75% depth; each question asks for one needle, so the others are distractors (multi-key
-NIAH, ALGORITHMS.md §4.9). Each haystack's forward runs once (Scorer.score_questions), which keeps
+NIAH, docs/algorithms.md §4.9). Each haystack's forward runs once (Scorer.score_questions), which keeps
 the suite to a couple of minutes on 2 CPU cores. The scorer's forward runs block-sparse (the
 haystacks are longer than its threshold), the configuration whose quality needs the evidence; the
 dense path equals it below the threshold (test_pflash_scorer.py). Selection measures the scorer
@@ -20,8 +20,10 @@ import pytest
 
 from haystack import make_haystack
 from luce_engine import Model, Scorer
-from luce_engine.pflash import SelectionConfig, chunk_scores, pool_scores, select, token_byte_offsets
+from luce_engine.pflash_selection import SelectionConfig, chunk_scores, pool_scores, select, token_byte_offsets
 from reference import DEVICE, ON_GPU, THREADS, smollm2_path
+
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
 
 HAYSTACKS = [(101, 4096, 7), (202, 6144, 7), (303, 8000, 6)]   # (seed, tokens, needles); SmolLM2 trains at 8K
 KEEP = 0.1

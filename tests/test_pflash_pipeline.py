@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 from luce_engine import GenerationCancelled, Model, Scorer
-from luce_engine.pflash import SelectionConfig, token_byte_offsets
-from luce_engine.prefill_compression import CompressionConfig, compress
+from luce_engine.pflash_selection import SelectionConfig, token_byte_offsets
+from luce_engine.pflash import CompressionConfig, compress
 from luce_engine.tokenizer import Tokenizer
 from reference import DEVICE, THREADS, smollm2_path
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
+
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
 
 TEXT = ("Quarterly notes. " + " ".join(f"Item {i} costs {i * 37 % 1000} euros, 東京 {i} 🚀." for i in range(60))
         + "\ndef total(xs):\n    return sum(x * 2 for x in xs)\n"
@@ -101,14 +103,11 @@ def chat_engine(tmp_path_factory):
 
 
 def conversation(engine, scorer, **policy):
-    from luce_engine.prefill_compression import AttachmentCompressor
+    from luce_engine.pflash import AttachmentCompressor
     from luce_tui.conversation import Conversation
 
-    engine.compressor = AttachmentCompressor(scorer, engine.model.tokenizer, **policy)
-    try:
-        return Conversation(engine, system="You answer from the attached files.")
-    finally:
-        del engine.compressor
+    return Conversation(engine, system="You answer from the attached files.",
+                        compressor=AttachmentCompressor(scorer, engine.model.tokenizer, **policy))
 
 
 def message(text=TEXT, **extra):
@@ -151,29 +150,34 @@ def test_cli_flags_and_config_keys(tmp_path):
     from luce_tui import config, userconfig
     from luce_tui.cli import build_parser
 
-    args = build_parser().parse_args(["--prefill-drafter", "s.gguf", "--prefill-compression", "always",
-                                      "--prefill-threshold", "5000", "--prefill-keep-ratio", "0.1"])
+    args = build_parser().parse_args(["--pflash-scorer", "s.gguf", "--pflash-mode", "always",
+                                      "--pflash-threshold", "5000", "--pflash-keep-ratio", "0.1"])
     userconfig.merge(args, {})
     s = config.engine_settings(args)
-    assert (s.prefill_drafter, s.prefill_compression, s.prefill_threshold, s.prefill_keep_ratio) == \
+    assert (s.pflash_scorer, s.pflash_mode, s.pflash_threshold, s.pflash_keep_ratio) == \
         ("s.gguf", "always", 5000, 0.1)
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["--prefill-keep-ratio", "1.5"])
+        build_parser().parse_args(["--pflash-keep-ratio", "1.5"])
     cfg = tmp_path / "c.toml"
-    cfg.write_text('prefill_drafter = "x.gguf"\nprefill_compression = "off"\nprefill_threshold = 100\n'
-                   'prefill_keep_ratio = 0.2\n')
+    cfg.write_text('pflash_scorer = "x.gguf"\npflash_mode = "off"\npflash_threshold = 100\n'
+                   'pflash_keep_ratio = 0.2\n')
     args = build_parser().parse_args([])
     userconfig.merge(args, userconfig.load(cfg))
     s = config.engine_settings(args)
-    assert (s.prefill_drafter, s.prefill_compression, s.prefill_threshold, s.prefill_keep_ratio) == \
+    assert (s.pflash_scorer, s.pflash_mode, s.pflash_threshold, s.pflash_keep_ratio) == \
         ("x.gguf", "off", 100, 0.2)
     defaults = build_parser().parse_args([])
     userconfig.merge(defaults, {})
     d = config.engine_settings(defaults)
-    assert (d.prefill_compression, d.prefill_threshold, d.prefill_keep_ratio) == ("auto", 32000, 0.05)
-    cfg.write_text('prefill_compression = "sometimes"\n')
+    assert (d.pflash_mode, d.pflash_threshold, d.pflash_keep_ratio) == ("auto", 32000, 0.05)
+    cfg.write_text('pflash_mode = "sometimes"\n')
     with pytest.raises(userconfig.ConfigError, match="off, auto, always"):
         userconfig.load(cfg)
+    cfg.write_text('prefill_compression = "off"\n')   # the key's earlier name
+    with pytest.raises(userconfig.ConfigError, match="'prefill_compression' is now called 'pflash_mode'"):
+        userconfig.load(cfg)
+    # the seed guides' flag still names the scorer
+    assert build_parser().parse_args(["--prefill-drafter", "old.gguf"]).pflash_scorer == "old.gguf"
 
 
 def test_cli_loads_the_scorer(tmp_path):
@@ -183,15 +187,15 @@ def test_cli_loads_the_scorer(tmp_path):
 
     scorer_path = write_tiny_gguf(tmp_path / "s.gguf", TinyConfig(arch="qwen3", n_vocab=400, head_dim=32))
     target = write_tiny_gguf(tmp_path / "t.gguf", TinyConfig(tokenizer_from=smollm2_path()))
-    args = build_parser().parse_args(["--target", target, "--device", DEVICE, "--prefill-drafter", scorer_path,
+    args = build_parser().parse_args(["--target", target, "--device", DEVICE, "--pflash-scorer", scorer_path,
                                       "--max-ctx", "1024"])
     userconfig.merge(args, {})
-    _, engine = load(config.engine_settings(args))
-    assert engine.compressor.mode == "auto" and engine.compressor.scorer.model.arch == "qwen3"
-    assert "above 32,000 tokens, keep 5%" in engine.compressor.describe()
-    args.prefill_compression = "off"
-    _, engine = load(config.engine_settings(args))
-    assert engine.compressor is None
+    runtime = load(config.engine_settings(args))
+    assert runtime.compressor.mode == "auto" and runtime.compressor.scorer.model.arch == "qwen3"
+    assert "above 32,000 tokens, keep 5%" in runtime.compressor.describe()
+    assert runtime.draft is None and runtime.speculator is None
+    args.pflash_mode = "off"
+    assert load(config.engine_settings(args)).compressor is None
 
 
 def test_plan_counts_the_scorer(tmp_path, capsys):
@@ -199,7 +203,7 @@ def test_plan_counts_the_scorer(tmp_path, capsys):
     from luce_tui.cli import main
 
     scorer_path = write_tiny_gguf(tmp_path / "s.gguf", TinyConfig(arch="qwen3", n_vocab=400, head_dim=32))
-    argv = ["--plan", "--prefill-drafter", scorer_path, "--max-ctx", "4096", "--device", DEVICE, "--config",
+    argv = ["--plan", "--pflash-scorer", scorer_path, "--max-ctx", "4096", "--device", DEVICE, "--config",
             str(tmp_path / "none.toml")]
     (tmp_path / "none.toml").write_text("")
     assert main(argv) == 0
@@ -208,7 +212,7 @@ def test_plan_counts_the_scorer(tmp_path, capsys):
     plan = Scorer.plan_for(Model(scorer_path, device=DEVICE, plan_only=True), 81920, check=False)
     assert plan["kv_cache"] == 2 * 2 * 81920 * 2 * 32 * 2   # layers x K,V x tokens x Hkv x D x f16
     assert main(argv + ["--plan-memory", "1MiB"]) == 2
-    assert "--prefill-compression off saves" in capsys.readouterr().err
+    assert "--pflash-mode off saves" in capsys.readouterr().err
 
 
 def test_saved_chat_keeps_the_excerpts(chat_engine, scorer, tmp_path):

@@ -15,6 +15,8 @@ from luce_engine import (Engine, GenerationCancelled, InsufficientMemoryError, I
 from reference import DEVICE, ON_GPU, THREADS
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
+
 # Max |ours - float64| relative to the largest score: the scorer's cache is f16 (and Q meets K in
 # f16 on the CPU); CUDA adds TF32 in the F32-weight projections.
 TOL = 1e-2 if ON_GPU else 3e-3

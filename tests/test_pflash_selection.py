@@ -1,4 +1,4 @@
-"""PFlash chunk selection (luce_engine.pflash): properties of the kept chunks and the mapping of
+"""PFlash chunk selection (luce_engine.pflash_selection): properties of the kept chunks and the mapping of
 kept spans between two tokenizers of the same text."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from luce_engine import default_model_path
-from luce_engine.pflash import (Selection, SelectionConfig, anchor_chunks, byte_offsets, chunk_scores, map_spans,
+from luce_engine.pflash_selection import (Selection, SelectionConfig, anchor_chunks, byte_offsets, chunk_scores, map_spans,
                                 select, smooth, token_byte_offsets)
 from luce_engine.tokenizer import Tokenizer
 
@@ -134,7 +134,7 @@ def test_selection_is_a_dataclass_of_plain_values():
 
 
 def test_lookback_pool_lets_a_value_inherit_its_key():
-    from luce_engine.pflash import lookback_max, pool_scores
+    from luce_engine.pflash_selection import lookback_max, pool_scores
 
     s = np.zeros(64)
     s[30] = 1.0

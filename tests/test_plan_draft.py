@@ -20,6 +20,8 @@ from reference import DEVICE, THREADS
 from tools.tiny_dflash import BAD_DRAFT_KINDS, TinyDraftConfig, write_bad_draft, write_tiny_dflash
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
+
 # measured <= estimate <= COMPUTE_FACTOR * measured (tiny drafts measure 1.7-2.4x; a 27B-shaped
 # draft on CPU measured 1.9x for the inject + draft schedulers)
 COMPUTE_FACTOR = 3.0

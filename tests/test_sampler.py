@@ -9,6 +9,8 @@ from luce_engine import Engine, Model, Sampling
 from reference import DEVICE
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
+
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):

@@ -14,6 +14,8 @@ from luce_engine.speculative import ChainSpeculator
 from reference import DEVICE, KQUANT_GPU_BATCH_SHAPE_RTOL, THREADS, TINY_WEIGHTS, top2_margin
 from tools.tiny_gguf import Q4KM_QWEN35, TinyConfig, write_tiny_gguf
 
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
+
 B = 8   # block: x0 + 7 proposals
 
 
@@ -77,7 +79,7 @@ def near_tie_bound(model: Model) -> float:
 
 def assert_greedy_matches(model, p, got, plain, cache="f16"):
     """Exact, except that quantized weights meet int8-quantized activations, where a verify batch
-    and a single-token step can round a near-tie apart (DESIGN.md §5): then the first divergence
+    and a single-token step can round a near-tie apart (docs/architecture.md §5): then the first divergence
     must be a near-tie of plain decoding, and is reported."""
     if got == plain:
         return

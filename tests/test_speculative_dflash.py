@@ -16,6 +16,8 @@ from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 draft_mod = pytest.importorskip("luce_engine.draft")
 from tools.tiny_dflash import TinyDraftConfig, write_tiny_dflash  # noqa: E402
 
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
+
 N_PROMPTS, N_TOKENS = 20, 128
 
 

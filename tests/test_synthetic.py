@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from luce_engine import Engine, Model
-from luce_engine.speculative import ChainSpeculator
-from luce_engine.synthetic import SyntheticAcceptance, conditional_acceptance
+from bench.synthetic import SyntheticAcceptance, SyntheticSpeculator, conditional_acceptance
 from reference import DEVICE, THREADS, TINY_WEIGHTS
 from test_speculative import RandomDrafter
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
+
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
 
 
 @pytest.mark.parametrize("length", [1.5, 3, 4, 6, 8, 12])
@@ -33,7 +34,7 @@ def test_loop_emits_length_tokens_per_step(tmp_path):
     cfg = TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=32, seed=5, weight_type=TINY_WEIGHTS)
     model = Model(write_tiny_gguf(tmp_path / "t.gguf", cfg), device=DEVICE, n_threads=THREADS)
     eng = Engine(model, n_ctx=4096, n_verify_max=8)
-    spec = ChainSpeculator(eng, RandomDrafter(256, seed=1), synthetic=SyntheticAcceptance(4.0, 7, seed=3))
+    spec = SyntheticSpeculator(eng, RandomDrafter(256, seed=1), SyntheticAcceptance(4.0, 7, seed=3))
     n = 0
     for r in eng.generate([1, 2, 3], max_tokens=2400, stop_token_ids=(), speculator=spec):
         n += len(r.tokens)

@@ -1,5 +1,5 @@
 """Tests for the qwen35 (Gated DeltaNet + gated attention hybrid) models of tools/tiny_gguf.py:
-GGUF keys/tensors per GGUF-ARCHS.md §1.2, determinism, and llama.cpp (CPU) loading them."""
+GGUF keys/tensors per docs/gguf-formats.md §1.2, determinism, and llama.cpp (CPU) loading them."""
 import os
 import sys
 from pathlib import Path
@@ -14,6 +14,8 @@ import gguf  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tools.tiny_gguf import TinyConfig, write_bad_gguf, write_tiny_gguf  # noqa: E402
+
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
 
 A = "qwen35"
 # A: Hv/Hk = 2, 4 layers (DeltaNet x3 + attention), untied, MTP block, recurrent_layers key

@@ -9,7 +9,7 @@ import pytest
 from luce_tui.screens.dialogs import ConfirmScreen
 from luce_tui.widgets.chips import Chip
 from luce_tui.widgets.messages import AssistantMessage, Notice, UserMessage
-from tui_support import (SIZE, run_async, ScriptedEngine, _isolated_config, engine, make_app, reference_reply,  # noqa: F401
+from tui_support import (SIZE, run_async, ScriptedEngine, engine, make_app, reference_reply,  # noqa: F401
                          screen_text, store, tiny_model, type_and_send, wait_for, wait_idle)
 
 
@@ -374,10 +374,10 @@ async def test_palette_provider_has_the_commands(engine):
 async def test_prefill_drafter_without_a_compressor_says_so(engine):
     from luce_tui.cli import build_parser, speculative_note
 
-    assert speculative_note(build_parser().parse_args(["--prefill-drafter", "/models/d.gguf"])) is None
-    note = speculative_note(build_parser().parse_args(["--prefill-compression", "always"]))
+    assert speculative_note(build_parser().parse_args(["--pflash-scorer", "/models/d.gguf"])) is None
+    note = speculative_note(build_parser().parse_args(["--pflash-mode", "always"]))
     assert "needs a scorer" in note   # never faked: without a scorer nothing is compressed
-    app = make_app(engine, note=note, prefill_drafter="/models/d.gguf")
+    app = make_app(engine, note=note, pflash_scorer="/models/d.gguf")
     async with app.run_test(size=SIZE) as pilot:
         assert "needs a scorer" in last_notice(app, "warning")
         await type_and_send(pilot, app, "/model", wait=False)

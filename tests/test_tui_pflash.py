@@ -10,12 +10,12 @@ import sqlite3
 from types import SimpleNamespace
 
 import luce_engine as le
-from luce_engine.pflash import select
-from luce_engine.prefill_compression import AttachmentCompressor, Compression
+from luce_engine.pflash_selection import select
+from luce_engine.pflash import AttachmentCompressor, Compression
 from luce_tui.persist import Persistence
 from luce_tui.widgets.chips import Chip
 from luce_tui.widgets.messages import Notice
-from tui_support import (SIZE, _isolated_config, engine, make_app, run_async, store, tiny_model,  # noqa: F401
+from tui_support import (SIZE, engine, make_app, run_async, store, tiny_model,  # noqa: F401
                          type_and_send, wait_for, wait_idle)
 
 TEXT = "The quick brown fox jumps over the lazy dog.\n" * 12
@@ -51,9 +51,9 @@ async def attach(pilot, app, args: str, n: int):
 
 @run_async
 async def test_chip_click_cycles_the_choice_and_it_reaches_the_message(engine, store, tmp_path):
-    stub = engine.compressor = StubCompressor(engine.model.tokenizer, mode="auto", threshold=10**6)
+    stub = StubCompressor(engine.model.tokenizer, mode="auto", threshold=10**6)
     (tmp_path / "notes.txt").write_text(TEXT)
-    app = make_app(engine, store)
+    app = make_app(engine, store, compressor=stub)
     async with app.run_test(size=SIZE) as pilot:
         await attach(pilot, app, str(tmp_path / "notes.txt"), 1)
         n = app.pending[0].n_tokens
@@ -75,10 +75,10 @@ async def test_chip_click_cycles_the_choice_and_it_reaches_the_message(engine, s
 
 @run_async
 async def test_compress_command_and_attach_flags(engine, tmp_path):
-    stub = engine.compressor = StubCompressor(engine.model.tokenizer, mode="always", keep_ratio=0.25)
+    stub = StubCompressor(engine.model.tokenizer, mode="always", keep_ratio=0.25)
     for name in ("a.txt", "b.txt"):
         (tmp_path / name).write_text(name + " " + TEXT)
-    app = make_app(engine)
+    app = make_app(engine, compressor=stub)
     async with app.run_test(size=SIZE) as pilot:
         await attach(pilot, app, f"{tmp_path / 'a.txt'} --full", 1)
         await attach(pilot, app, str(tmp_path / "b.txt"), 2)
@@ -109,7 +109,7 @@ async def test_compress_command_and_attach_flags(engine, tmp_path):
 @run_async
 async def test_without_a_scorer_the_control_says_so(engine, tmp_path):
     (tmp_path / "notes.txt").write_text(TEXT)
-    app = make_app(engine)                  # no --prefill-drafter: no compressor
+    app = make_app(engine)                  # no --pflash-scorer: no compressor
     async with app.run_test(size=SIZE) as pilot:
         await attach(pilot, app, str(tmp_path / "notes.txt"), 1)
         n = app.pending[0].n_tokens
@@ -120,7 +120,7 @@ async def test_without_a_scorer_the_control_says_so(engine, tmp_path):
         assert chips(app) == [f"[notes.txt · {n:,} tok]"]
         for line in ("/compress on", "/compress", f"/attach --compress {tmp_path / 'notes.txt'}"):
             await type_and_send(pilot, app, line)
-            assert "--prefill-drafter PATH" in last_notice(app, "error")
+            assert "--pflash-scorer PATH" in last_notice(app, "error")
         assert len(app.pending) == 1
         await type_and_send(pilot, app, "Hi")
         assert "compress" not in app.conv.messages[0]["attachments"][0]
@@ -128,9 +128,8 @@ async def test_without_a_scorer_the_control_says_so(engine, tmp_path):
 
 @run_async
 async def test_resumed_chat_prefills_the_same_compressed_prompt(engine, store, tiny_model, tmp_path):
-    engine.compressor = StubCompressor(engine.model.tokenizer, mode="always")
     (tmp_path / "notes.txt").write_text(TEXT)
-    app = make_app(engine, store)
+    app = make_app(engine, store, compressor=StubCompressor(engine.model.tokenizer, mode="always"))
     async with app.run_test(size=SIZE) as pilot:
         await attach(pilot, app, str(tmp_path / "notes.txt"), 1)
         await type_and_send(pilot, app, "Summarise the file")

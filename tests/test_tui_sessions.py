@@ -6,7 +6,7 @@ import json
 from luce_tui.screens.dialogs import AskScreen, ConfirmScreen
 from luce_tui.screens.sessions import SessionsScreen
 from luce_tui.widgets.messages import AssistantMessage, Notice, UserMessage
-from tui_support import (SIZE, _isolated_config, engine, make_app, run_async, store, tiny_model,  # noqa: F401
+from tui_support import (SIZE, engine, make_app, run_async, store, tiny_model,  # noqa: F401
                          type_and_send, wait_for, wait_idle)
 
 
@@ -156,9 +156,10 @@ async def test_save_and_export(engine, store, tmp_path):
 @run_async
 async def test_app_without_store_still_chats(engine):
     from luce_tui.app import ChatOptions, LuceApp
+    from luce_tui.runtime import Runtime
     from tui_support import GREEDY
 
-    app = LuceApp(engine, GREEDY, ChatOptions(max_tokens=4), store=None, store_error="disk on fire")
+    app = LuceApp(Runtime(engine), GREEDY, ChatOptions(max_tokens=4), store=None, store_error="disk on fire")
     async with app.run_test(size=SIZE) as pilot:
         assert "not saved this time: disk on fire" in last_notice(app, "warning")
         await type_and_send(pilot, app, "Hi")

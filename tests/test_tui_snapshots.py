@@ -12,7 +12,7 @@ import pytest
 
 from luce_tui.widgets.messages import AssistantMessage, Notice
 from luce_tui.widgets.stats import LiveStats, StatsBar
-from tui_support import (SIZE, FakeClock, ScriptedEngine, _isolated_config, engine, make_app,  # noqa: F401
+from tui_support import (SIZE, FakeClock, ScriptedEngine, engine, make_app,  # noqa: F401
                          tiny_model, wait_for, wait_idle)
 
 pytest.importorskip("pytest_textual_snapshot")

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from luce_tui import attachments, commands, config, themes, userconfig
+from luce_tui import attachments, commands, config, locations, themes, userconfig
 from luce_tui.conversation import fence, render_content
 from luce_tui.thinking import ThinkSplitter, split_text
 from luce_tui.widgets.stats import LiveStats, format_gauge, format_status
@@ -130,10 +130,10 @@ def test_stats_formatting():
 # -- config file ------------------------------------------------------------------------------------
 def test_config_file_and_flag_precedence(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    assert userconfig.config_path() == tmp_path / "luce" / "config.toml"
+    assert locations.config_path() == tmp_path / "luce" / "config.toml"
     assert userconfig.load() == {}                                  # no file: nothing
     (tmp_path / "luce").mkdir()
-    userconfig.config_path().write_text('target = "~/m.gguf"\nmax-ctx = 8192\ncache_type_k = "q8_0"\n'
+    locations.config_path().write_text('target = "~/m.gguf"\nmax-ctx = 8192\ncache_type_k = "q8_0"\n'
                                         'theme = "light"\ndraft = "/d.gguf"\n[sampling]\ntemp = 0.2\ntop_k = 5\n')
     cfg = userconfig.load()
     assert cfg == {"target": "~/m.gguf", "max_ctx": 8192, "cache_type_k": "q8_0", "theme": "light",

@@ -19,6 +19,7 @@ from rich.console import Console
 import luce_engine as le
 from luce_engine import Sampling, StepResult
 from luce_tui.app import ChatOptions, LuceApp
+from luce_tui.runtime import Runtime
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
 GREEDY = Sampling.chat_default().updated(temperature=0)
@@ -60,16 +61,9 @@ def store(tmp_path):
     s.close()
 
 
-@pytest.fixture(autouse=True)
-def _isolated_config(tmp_path, monkeypatch):
-    """No test sees the developer's own config, themes or history."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("LUCE_DATA_DIR", str(tmp_path / "data"))
-
-
-def make_app(engine, store=None, **options) -> LuceApp:
+def make_app(engine, store=None, *, compressor=None, **options) -> LuceApp:
     options.setdefault("max_tokens", 8)
-    return LuceApp(engine, GREEDY, ChatOptions(**options), store=store)
+    return LuceApp(Runtime(engine, compressor=compressor), GREEDY, ChatOptions(**options), store=store)
 
 
 def screen_text(app) -> str:

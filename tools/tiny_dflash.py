@@ -1,6 +1,6 @@
 """Tiny random-weight DFlash draft GGUFs that match a tiny target from tools/tiny_gguf.py.
 
-A DFlash draft (GGUF-ARCHS.md §1.5, §3.2; ALGORITHMS.md §1.1) is a small non-causal Qwen3-style
+A DFlash draft (docs/gguf-formats.md §1.5, §3.2; docs/algorithms.md §1.1) is a small non-causal Qwen3-style
 decoder conditioned on captured target hidden states. It has the target's hidden size E and
 vocabulary, and by default NO token_embd/output of its own (the engine uses the target's).
 
@@ -8,7 +8,7 @@ vocabulary, and by default NO token_embd/output of its own (the engine uses the 
     write_tiny_dflash(dir / "d.gguf", tgt, TinyDraftConfig(capture=(0, 1, 2)))
     write_tiny_dflash(dir / "l.gguf", tgt, TinyDraftConfig(capture=(0, 1, 2), convention="lucebox"))
 
-Capture indices are given in the internal convention (ALGORITHMS.md §1.2): index i = residual
+Capture indices are given in the internal convention (docs/algorithms.md §1.2): index i = residual
 stream after target layer i (= input of layer i+1 = HF hidden_states[i+1]).
 
 The same seed and shape config give bit-identical weights in both conventions: only tensor

@@ -1,13 +1,13 @@
 """Tiny random-weight GGUF models (llama / qwen3 / qwen35) for tests.
 
-The files use the real GGUF layout of GGUF-ARCHS.md §1.1/§1.3/§1.4/§5, so llama.cpp
+The files use the real GGUF layout of docs/gguf-formats.md §1.1/§1.3/§1.4/§5, so llama.cpp
 (llama-cpp-python) loads them, but weights are random and small (defaults: 60-530 KB;
 with a 49k-token tokenizer_from vocab a few MB).
 
     write_tiny_gguf(path, TinyConfig(arch="qwen3", head_dim=32, weight_type="q8_0"))
     write_tiny_gguf(path, TinyConfig(arch="qwen35", n_layer=4, head_dim=32, mtp=True))
 
-qwen35 is the Qwen3.5/3.6 hybrid of GGUF-ARCHS.md §1.2: Gated DeltaNet layers and gated
+qwen35 is the Qwen3.5/3.6 hybrid of docs/gguf-formats.md §1.2: Gated DeltaNet layers and gated
 full-attention layers (layer i is full attention iff (i+1) % full_attention_interval == 0),
 partial IMROPE rotary (n_rot, default head_dim // 4), optional MTP block appended.
 It needs n_layer >= full_attention_interval (default 4): llama.cpp aborts on a qwen35 model
@@ -118,7 +118,7 @@ class TinyConfig:
     mtp: bool = False              # append one MTP (nextn) block as layer n_layer
     write_recurrent_layers: bool = True  # write {arch}.attention.recurrent_layers (else the interval decides)
 
-    # derived qwen35 values (GGUF-ARCHS.md §1.2)
+    # derived qwen35 values (docs/gguf-formats.md §1.2)
     def rot(self) -> int:
         return self.n_rot if self.n_rot is not None else self.head_dim // 4
 
@@ -300,7 +300,7 @@ def _tensors(cfg: TinyConfig, n_vocab: int) -> list[tuple[str, np.ndarray, bool]
 
 
 def _tensors_qwen35(cfg: TinyConfig, n_vocab: int) -> list[tuple[str, np.ndarray, bool]]:
-    """qwen35 tensors (GGUF-ARCHS.md §1.2), same conventions and scales as _tensors, plus:
+    """qwen35 tensors (docs/gguf-formats.md §1.2), same conventions and scales as _tensors, plus:
     * every *norm.weight is ~1 (the converter's "+1" is baked in, §1.1.4); ssm_norm has no
       +1 but HF initialises it to ones, so it is ~1 as well;
     * DeltaNet: conv taps small except the current-token tap (~0.8) so the conv keeps its
@@ -432,22 +432,8 @@ def _check(cfg: TinyConfig) -> None:
                 raise ValueError(f"{name}={n} must be a multiple of {block} for {cfg.weight_type}")
 
 
-def _write(path, cfg: TinyConfig, *, arch_name: str | None = None, skip_key: str | None = None,
-           skip_tensor: str | None = None, bad_shape: str | None = None, int_tensor: str | None = None,
-           extra_tensor: str | None = None, fuse_qkv_layer: int | None = None) -> str:
-    """Write the model; the keyword hooks inject exactly one defect for write_bad_gguf
-    while every other byte-producing step (rng draws included) stays the same."""
-    _check(cfg)
-    arch = arch_name or cfg.arch
-    if cfg.tokenizer_from:
-        tok_kvs, n_vocab = _read_tokenizer(os.path.realpath(cfg.tokenizer_from),
-                                           os.path.getmtime(cfg.tokenizer_from))
-    else:
-        n_vocab = cfg.n_vocab
-        tok_kvs = _byte_tokenizer(n_vocab, {"qwen3": "qwen2", "qwen35": "qwen35"}.get(cfg.arch, "smollm"))
-    qtype, ftype = WEIGHT_TYPES[cfg.weight_type]
-
-    w = _Writer(str(path), arch)
+def model_kvs(cfg: TinyConfig, arch: str, n_vocab: int, ftype: int) -> list[tuple]:
+    """The model's metadata (all but general.architecture and tokenizer.*) as (key, value, type[, sub_type])."""
     qwen35 = cfg.arch == "qwen35"
     n_layer_all = cfg.n_layer + (1 if qwen35 and cfg.mtp else 0)
     kvs = [
@@ -467,7 +453,7 @@ def _write(path, cfg: TinyConfig, *, arch_name: str | None = None, skip_key: str
         ("general.file_type", int(ftype), VT.UINT32),
         ("general.quantization_version", gguf.GGML_QUANT_VERSION, VT.UINT32),
     ]
-    if qwen35:  # GGUF-ARCHS.md §1.2 (all but recurrent_layers / interval / nextn are required)
+    if qwen35:  # docs/gguf-formats.md §1.2 (all but recurrent_layers / interval / nextn are required)
         S, Hv = cfg.ssm_state, cfg.ssm_heads
         kvs += [
             (f"{arch}.rope.dimension_sections", list(cfg.sections()), VT.ARRAY, VT.INT32),
@@ -483,6 +469,27 @@ def _write(path, cfg: TinyConfig, *, arch_name: str | None = None, skip_key: str
                         [cfg.is_recurrent(i) for i in range(n_layer_all)], VT.ARRAY, VT.BOOL))
         if cfg.mtp:
             kvs.append((f"{arch}.nextn_predict_layers", 1, VT.UINT32))
+    return kvs
+
+
+def _write(path, cfg: TinyConfig, *, arch_name: str | None = None, skip_key: str | None = None,
+           skip_tensor: str | None = None, bad_shape: str | None = None, int_tensor: str | None = None,
+           extra_tensor: str | None = None, fuse_qkv_layer: int | None = None) -> str:
+    """Write the model; the keyword hooks inject exactly one defect for write_bad_gguf
+    while every other byte-producing step (rng draws included) stays the same."""
+    _check(cfg)
+    arch = arch_name or cfg.arch
+    if cfg.tokenizer_from:
+        tok_kvs, n_vocab = _read_tokenizer(os.path.realpath(cfg.tokenizer_from),
+                                           os.path.getmtime(cfg.tokenizer_from))
+    else:
+        n_vocab = cfg.n_vocab
+        tok_kvs = _byte_tokenizer(n_vocab, {"qwen3": "qwen2", "qwen35": "qwen35"}.get(cfg.arch, "smollm"))
+    qtype, ftype = WEIGHT_TYPES[cfg.weight_type]
+
+    w = _Writer(str(path), arch)
+    qwen35 = cfg.arch == "qwen35"
+    kvs = model_kvs(cfg, arch, n_vocab, ftype)
     for key, val, vt, *sub in kvs:
         if key != skip_key:
             w.add_key_value(key, val, vt, sub_type=sub[0] if sub else None)

@@ -1,24 +1,21 @@
 """Does the CUDA small-batch path compute what the scheduler path computes, and how fast is it?
 
-    python bench/gpu/small_batch_check.py --model T.gguf [--device cuda:0] [--timing] [--variants 2,1]
+    python bench/gpu/small_batch_check.py --model T.gguf [--device cuda:0] [--timing]
 
-Engines on one model: "vN" with luce's small-batch kernels in variant N (cuda/small_batch_gemm.h),
-and "slow" without them (LUCE_SMALL_BATCH_GEMM=0: every graph on ggml's scheduler).
+Two engines on one model: "kernels" with luce's small-batch kernels (cuda/small_batch_gemm.h, the
+default), and "slow" without them (small_batch_kernels=False: every graph on ggml's scheduler).
 All prefill the same short prompt (itself a small batch) and verify the same 16 tokens; printed:
 how far each one's logits rows are from the scheduler's, and, for scale, how far the scheduler's
 own rows move when the 16 tokens go one at a time (another kernel, other rounding): on a model
 whose outputs amplify rounding (deep random weights), that baseline is large too. A greedy decode
 through verify/commit follows. --timing adds the steady-state cost of verifying n tokens
-(verify + commit(0) repeated) and of a decode step, per engine, and names the variant with the
-cheapest 16-token verify among those close to the scheduler ("BEST VARIANT N", with the suffixes
-of --variants: "No" when our kernels on a stream of their own won, "Nf" when ggml's fusion in the
-pieces did).
-Set LUCE_SMALL_BATCH_CHECK=1 to have every replaced matmul compared with ggml's on its first run.
+(verify + commit(0) repeated) and of a decode step, per engine.
+Set LUCE_SMALL_BATCH_CHECK=1 (a debug switch) to have every replaced matmul compared with ggml's
+on its first run.
 """
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -26,19 +23,6 @@ import time
 import numpy as np
 
 from luce_engine import Engine, Model, Sampling
-
-
-def engine_with(model: Model, env: dict[str, str]) -> Engine:
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return Engine(model, n_ctx=4096, n_verify_max=32)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def rel(a: np.ndarray, b: np.ndarray) -> float:
@@ -73,18 +57,11 @@ def main() -> int:
     ap.add_argument("--model", required=True)
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--timing", action="store_true")
-    ap.add_argument("--variants", default="2",
-                    help="comma-separated kernel variants to compare; suffixes: o (12o) adds LUCE_SMALL_BATCH_STREAM=own, "
-                         "f (12f) LUCE_SMALL_BATCH_FUSE=1")
     args = ap.parse_args()
 
     model = Model(args.model, device=args.device)
-    engines = {}
-    for v in (v for v in args.variants.split(",") if v):
-        env = {"LUCE_SMALL_GEMM_VARIANT": v.rstrip("fo"), "LUCE_SMALL_BATCH_FUSE": "1" if "f" in v else "0",
-               "LUCE_SMALL_BATCH_STREAM": "own" if "o" in v else "ggml"}
-        engines[f"v{v}"] = engine_with(model, env)
-    engines["slow"] = engine_with(model, {"LUCE_SMALL_BATCH_GEMM": "0"})
+    engines = {name: Engine(model, n_ctx=4096, n_verify_max=32, small_batch_kernels=on)
+               for name, on in (("kernels", True), ("slow", False))}
     rng = np.random.default_rng(7)
     hi = max(2, min(model.n_vocab - 1, 200_000))
     lo = min(1000, hi // 2)
@@ -102,12 +79,12 @@ def main() -> int:
         slow.commit(1)
     baseline = rel(np.array(one_by_one), rows["slow"])
     print(f"{model.name}: verify 16 after a 24-token prompt, max |difference| / max |logit| against the scheduler:")
-    close = {}   # variant -> within tolerance of the scheduler; only those can be named best
+    close = {}   # engine -> within tolerance of the scheduler
     for name in (k for k in engines if k != "slow"):
         d = rel(rows[name], rows["slow"])
         agree = int((rows[name].argmax(-1) == rows["slow"].argmax(-1)).sum())
         close[name] = d <= max(10 * baseline, 1e-3)
-        print(f"  {name:<5} {d:.2e}   greedy tokens agree on {agree}/16 rows{'' if close[name] else '   TOO FAR'}")
+        print(f"  {name:<7} {d:.2e}   greedy tokens agree on {agree}/16 rows{'' if close[name] else '   TOO FAR'}")
     ok = all(close.values())
     print(f"  baseline: the scheduler one token at a time {baseline:.2e} "
           f"(agree on {int((np.array(one_by_one).argmax(-1) == rows['slow'].argmax(-1)).sum())}/16)")
@@ -144,10 +121,6 @@ def main() -> int:
             b = [int(t) for t in rng.integers(lo, hi, n)]
             ms = {k: verify_ms(e, prompt, b) for k, e in engines.items()}
             print(f"{f'verify {n}':<10}" + "".join(f"{ms[k]:>9.2f} ({ms[k] / steps[k]:.2f})" for k in engines))
-            if n == 16:
-                best = min((k for k in engines if close.get(k)), key=lambda k: ms[k], default=None)
-        if best:
-            print(f"BEST VARIANT {best[1:]}")
     print("CHECK", "OK" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -55,7 +55,7 @@ class AttachmentChips(HorizontalGroup):
             chip = Chip(f"[{a.chip(will if compressor is not None else None)}]", i,
                         classes="too-big" if size >= n_ctx else "")
             chip.tooltip = ("click: auto → compress → full (PFlash)" if compressor is not None
-                            else "sent in full: no PFlash scorer is in use (--prefill-drafter)")
+                            else "sent in full: no PFlash scorer is in use (--pflash-scorer)")
             chips.append(chip)
         chips += [Chip(f"[{name} · counting…]", classes="pending") for name in self.pending]
         if chips:

@@ -3,7 +3,8 @@
 Random-weight models accept no drafts, so speed at a given acceptance length is measured by
 accepting draft i with a fixed conditional probability instead of comparing it with the target.
 The draft and the verify batch still run in full; only the accept decision is replaced, which
-makes the emitted text meaningless. Never use it outside `bench/`.
+makes the emitted text meaningless: SyntheticSpeculator is a ChainSpeculator whose acceptance
+rule is this draw. Benchmark-only, so it lives in bench/, not in the shipped luce_engine.
 
 Definition (llama.cpp common/speculative.cpp): with K = max draft tokens, p solves
 p + p² + … + p^K = L − 1 by 32 bisection steps on [0, 1] (p = 1 when L = K + 1, p = 0 when L = 1);
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import math
 import random
+
+from luce_engine.speculative import ChainSpeculator
 
 
 def conditional_acceptance(length: float, n_max: int) -> float:
@@ -42,7 +45,7 @@ def conditional_acceptance(length: float, n_max: int) -> float:
 
 
 class SyntheticAcceptance:
-    """Accept decisions for ChainSpeculator(synthetic=...): draft i kept with probability p."""
+    """Accept decisions for SyntheticSpeculator: draft i kept with probability p."""
 
     def __init__(self, length: float, n_max: int, *, seed: int = 0):
         self.length, self.n_max = float(length), int(n_max)
@@ -54,3 +57,14 @@ class SyntheticAcceptance:
 
     def __repr__(self) -> str:
         return f"SyntheticAcceptance(L={self.length:g}, n_max={self.n_max}, p={self.p:.6f})"
+
+
+class SyntheticSpeculator(ChainSpeculator):
+    """Chain speculation whose drafts are accepted by `acceptance` instead of by the target."""
+
+    def __init__(self, engine, drafter, acceptance: SyntheticAcceptance, **kwargs):
+        super().__init__(engine, drafter, **kwargs)
+        self.acceptance = acceptance
+
+    def _accepts(self, drafted: int, target: int, stop_ids) -> bool:
+        return drafted not in stop_ids and self.acceptance.accept()
