@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     model = p.add_argument_group("model and engine")
     model.add_argument("--target", metavar="PATH", help="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
     model.add_argument("--draft", metavar="PATH",
-                       help="DFlash draft GGUF (llama.cpp `dflash` or lucebox `dflash-draft`) for speculative decoding")
+                       help="DFlash draft GGUF (llama.cpp `dflash` or lucebox `dflash-draft`) for speculative decoding; "
+                            "'default': the draft shipped for the bundled model (used by default where it is faster)")
     model.add_argument("--draft-max", type=_positive, metavar="N",
                        help="draft tokens proposed per step (default: the draft's block size - 1)")
     model.add_argument("--spec", choices=("off", "chain"),
@@ -126,11 +127,15 @@ def load(settings: config.EngineSettings, *, verbose: bool = False):
     t0 = time.perf_counter()
     model = Model(settings.target, device=settings.device, n_threads=settings.threads)
     model.chat_template   # builds the tokenizer as well
+    from luce_engine.default_draft import resolve_draft
+
+    choice = resolve_draft(settings.draft, settings.spec, model)   # --draft default / the shipped draft's policy
     draft = None
-    if _uses_draft(settings):
+    if choice.path:
         from luce_engine import DraftModel
 
-        draft = DraftModel(settings.draft, model, n_ctx_draft=config.DRAFT_CTX)
+        settings.draft = choice.path
+        draft = DraftModel(choice.path, model, n_ctx_draft=config.DRAFT_CTX)
     engine = Engine(model, n_ctx=_n_ctx(settings, model),
                     cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
                     n_verify_max=_n_verify_max(draft.block_size if draft else None, settings.draft_max))
@@ -140,6 +145,7 @@ def load(settings: config.EngineSettings, *, verbose: bool = False):
         engine.speculator = ChainSpeculator(engine, draft, max_draft=settings.draft_max,
                                             capture_ring=config.CAPTURE_RING)
         engine.draft = draft
+    engine.spec_note = choice.note
     engine.compressor = _compressor(settings, model)
     if verbose and engine.compressor is not None:
         print(f"luce-chat: prefill compression: {engine.compressor.describe()}", file=sys.stderr)
@@ -374,6 +380,8 @@ def run_once(engine, question: str, sampling, args) -> int:
     out.flush()
     if args.stats or args.verbose:
         print(f"[{result.summary()}]", file=sys.stderr)
+        if getattr(engine, "spec_note", None):
+            print(f"luce-chat: {engine.spec_note}", file=sys.stderr)
     if result.finish_reason == "context":
         print("luce-chat: the context is full; raise --max-ctx for longer answers", file=sys.stderr)
     return EXIT_INTERRUPTED if result.finish_reason == "cancelled" else 0
