@@ -111,9 +111,51 @@ def make_batch(seqs: list[dict], n_anchor: int, B: int, rng: np.random.Generator
     return toks.to(dev), anchors.to(dev), labels.to(dev), weight.to(dev)
 
 
-def block_loss(draft: DFlashDraft, tgt: Target, toks, anchors, labels, weight):
-    with torch.no_grad():
-        _, feats = tgt(toks, capture=draft.cfg.capture, logits=False)
+class FeatureCache:
+    """The target's captured features of every training sequence, computed once and kept on the
+    device in bf16 (the draft reads them in bf16 anyway): a step then runs the draft alone instead
+    of a 30-layer target forward (721 ms a step without it on the H200, almost all target)."""
+
+    def __init__(self, tgt: Target, seqs: list[dict], capture, *, chunk_tokens: int = 65536, log=None):
+        dev = tgt.token_embd.device
+        lens = [len(s["tokens"]) for s in seqs]
+        self.offset = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        width = len(capture) * tgt.cfg.n_embd
+        self.flat = torch.empty((int(self.offset[-1]), width), dtype=torch.bfloat16, device=dev)
+        order = sorted(range(len(seqs)), key=lambda i: lens[i])
+        t0, b = time.time(), 0
+        while b < len(order):   # sequences of similar length together, about chunk_tokens per forward
+            e = b + 1
+            while e < len(order) and (e - b + 1) * lens[order[e]] <= chunk_tokens:
+                e += 1
+            idx = order[b:e]
+            T = max(lens[i] for i in idx)
+            toks = torch.full((len(idx), T), 2, dtype=torch.long)
+            for r, i in enumerate(idx):
+                toks[r, :lens[i]] = torch.tensor(seqs[i]["tokens"])
+            with torch.no_grad():
+                _, f = tgt(toks.to(dev), capture=capture, logits=False)   # right padding: causal, harmless
+            for r, i in enumerate(idx):
+                self.flat[self.offset[i]:self.offset[i + 1]] = f[r, :lens[i]].to(torch.bfloat16)
+            b = e
+        if log:
+            log(f"feature cache: {self.offset[-1]} positions x {width} in {time.time() - t0:.1f}s "
+                f"({self.flat.numel() * 2 / 2**30:.1f} GiB on {dev})")
+
+    def batch(self, rows: list[int], T: int) -> torch.Tensor:
+        out = torch.zeros((len(rows), T, self.flat.shape[1]), dtype=self.flat.dtype, device=self.flat.device)
+        for r, i in enumerate(rows):
+            n = int(self.offset[i + 1] - self.offset[i])
+            out[r, :n] = self.flat[self.offset[i]:self.offset[i + 1]]
+        return out
+
+
+def block_loss(draft: DFlashDraft, tgt: Target, toks, anchors, labels, weight, feats=None):
+    if feats is None:
+        with torch.no_grad():
+            _, feats = tgt(toks, capture=draft.cfg.capture, logits=False)
+    elif toks.device.type != "cuda":
+        feats = feats.float()   # no autocast off CUDA: the draft's weights are f32
     with torch.autocast(device_type=toks.device.type, dtype=torch.bfloat16, enabled=toks.device.type == "cuda"):
         hid = draft(tgt.token_embd, feats, toks, anchors)[:, :, 1:]         # [n, NA, B-1, E]
         sel = weight > 0
@@ -183,6 +225,8 @@ def main(argv=None) -> int:
     ap.add_argument("--time-cap", type=float, default=1e9, help="seconds of training: fewer steps if they would not fit (lease guard)")
     ap.add_argument("--continuations", default=None,
                     help="continuations.jsonl.gz of an earlier run (same corpus and seed): skip generating them")
+    ap.add_argument("--feature-cache", choices=("on", "off"), default=None,
+                    help="compute the target's features once and keep them on the device (default: on for cuda)")
     ap.add_argument("--init", default=None, help="start from this draft GGUF (same shape) instead of random weights")
     ap.add_argument("--limit-prompts", type=int, default=0, help="dry run: use only this many training prompts")
     ap.add_argument("--limit-heldout", type=int, default=0, help="dry run: held-out prompts per category")
@@ -247,6 +291,9 @@ def main(argv=None) -> int:
             log(f"draft initialised from {a.init}")
     n_params = sum(p.numel() for p in draft.parameters())
     log(f"draft: {cfg}, {n_params / 1e6:.2f} M parameters")
+    fcache = None
+    if (a.feature_cache or ("on" if dev.type == "cuda" else "off")) == "on":
+        fcache = FeatureCache(tgt, train_s, cfg.capture, log=log)
     opt = torch.optim.AdamW(draft.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
     total = [a.steps]   # the schedule's length; --time-cap may shorten it once, after 20 timed steps
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -259,10 +306,12 @@ def main(argv=None) -> int:
     while step < total[0]:
         if len(order) < a.batch:
             order += brng.permutation(len(train_s)).tolist()
-        batch = [train_s[i] for i in order[:a.batch]]
+        rows = order[:a.batch]
+        batch = [train_s[i] for i in rows]
         del order[:a.batch]
         toks, anchors, labels, weight = make_batch(batch, a.anchors, cfg.block_size, brng, dev)
-        loss, acc = block_loss(draft, tgt, toks, anchors, labels, weight)
+        feats = fcache.batch(rows, toks.shape[1]) if fcache is not None else None
+        loss, acc = block_loss(draft, tgt, toks, anchors, labels, weight, feats)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
