@@ -85,7 +85,7 @@ setup(
                  "luce_tui.builtin_themes": "themes"},
     packages=["luce_engine", "luce_tui", "luce_tui.screens", "luce_tui.widgets", "luce_tui.builtin_themes",
               "luce_sessions"],
-    package_data={"luce_tui.builtin_themes": ["*.toml"]},
+    package_data={"luce_tui.builtin_themes": ["*.toml"], "luce_engine": ["drafts/*.gguf"]},
     ext_modules=extensions(),
     cmdclass={"build_ext": CMakeBuildExt},
 )

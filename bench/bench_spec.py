@@ -2,6 +2,10 @@
 
     python bench/bench_spec.py --target T.gguf --draft D.gguf --device cuda:0 \
         --llama-cli /tmp/lcpbuild/bin/llama-cli --lengths 1.5,3,4,6,8,12
+    python bench/bench_spec.py --real [--device cpu --threads 2]   # the shipped draft on real prompts
+
+--real measures real acceptance instead (bench/bench_spec_real.py): the held-out prompts of the
+draft's corpus, T = 0 and 0.7, AL per category, acceptance by position, plain vs speculative tok/s.
 
 Random-weight models accept no drafts, so both sides use llama.cpp's `--spec-synth-len L`
 definition (bench/synthetic.py): draft i is accepted with a constant conditional probability p,
@@ -99,8 +103,10 @@ def llama_cli(cli: str, target: str, draft: str | None, length: float | None, n:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--draft", required=True)
+    ap.add_argument("--target", default=None, help="target GGUF (--real: default the bundled SmolLM2)")
+    ap.add_argument("--draft", default=None, help="draft GGUF (--real: default the shipped draft)")
+    ap.add_argument("--real", action="store_true", help="real prompts and real acceptance (bench_spec_real.py)")
+    ap.add_argument("--per-category", type=int, default=0, help="--real: held-out prompts per category (0: all)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--lengths", default="1.5,3,4,6,8,12", help="synthetic acceptance lengths L")
@@ -115,6 +121,13 @@ def main() -> int:
     args = ap.parse_args()
     model_params = {} if args.fuse_weights is None else {"fuse_weights": args.fuse_weights == "on"}
     engine_params = {} if args.rollback is None else {"rollback": args.rollback}
+    if args.real:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tools/ (the corpus)
+        import bench_spec_real
+
+        return bench_spec_real.main(args)
+    if not args.target or not args.draft:
+        ap.error("--target and --draft are required (except with --real)")
 
     lengths = [float(x) for x in args.lengths.split(",") if x]
     ours = LuceSpec(args.target, args.draft, device=args.device, n_ctx=args.prompt_tokens + args.tokens + 512,

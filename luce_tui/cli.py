@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     model = p.add_argument_group("model and engine")
     model.add_argument("--target", metavar="PATH", help="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
     model.add_argument("--draft", metavar="PATH",
-                       help="DFlash draft GGUF (llama.cpp `dflash` or lucebox `dflash-draft`) for speculative decoding")
+                       help="DFlash draft GGUF (llama.cpp `dflash` or lucebox `dflash-draft`) for speculative decoding; "
+                            "'default': the draft shipped for the bundled model (used by default where it is faster)")
     model.add_argument("--draft-max", type=_positive, metavar="N",
                        help="draft tokens proposed per step (default: the draft's block size - 1)")
     model.add_argument("--spec", choices=("off", "chain"),
@@ -135,11 +136,15 @@ def load(settings: config.EngineSettings, *, verbose: bool = False) -> Runtime:
     t0 = time.perf_counter()
     model = Model(settings.target, **settings.model_params())
     model.chat_template   # builds the tokenizer as well
+    from luce_engine.default_draft import resolve_draft
+
+    choice = resolve_draft(settings.draft, settings.spec, model)   # --draft default / the shipped draft's policy
     draft = None
-    if _uses_draft(settings):
+    if choice.path:
         from luce_engine import DraftModel
 
-        draft = DraftModel(settings.draft, model, n_ctx_draft=config.DRAFT_CTX)
+        settings.draft = choice.path
+        draft = DraftModel(choice.path, model, n_ctx_draft=config.DRAFT_CTX)
     engine = Engine(model, n_ctx=_n_ctx(settings, model),
                     cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
                     n_verify_max=_n_verify_max(draft.block_size if draft else None, settings.draft_max),
@@ -152,6 +157,7 @@ def load(settings: config.EngineSettings, *, verbose: bool = False) -> Runtime:
                                              capture_ring=config.CAPTURE_RING)
     if verbose and runtime.compressor is not None:
         print(f"luce-chat: PFlash: {runtime.compressor.describe()}", file=sys.stderr)
+    runtime.spec_note = choice.note
     if verbose and draft is not None:
         print(f"luce-chat: draft {os.path.basename(settings.draft)} ({draft.dialect} dialect, block {draft.block_size}, "
               f"features of target layers {list(draft.capture_layers)})", file=sys.stderr)
@@ -385,6 +391,8 @@ def run_once(runtime: Runtime, question: str, sampling, args) -> int:
     out.flush()
     if args.stats or args.verbose:
         print(f"[{result.summary()}]", file=sys.stderr)
+        if runtime.spec_note:
+            print(f"luce-chat: {runtime.spec_note}", file=sys.stderr)
     if result.finish_reason == "context":
         print("luce-chat: the context is full; raise --max-ctx for longer answers", file=sys.stderr)
     return EXIT_INTERRUPTED if result.finish_reason == "cancelled" else 0

@@ -89,7 +89,9 @@ class TurnResult:
                 f"prefill {self.prefill_tokens} tok @ {self.prefill_tps:.1f} tok/s "
                 f"({self.prefill_ms / 1e3:.2f} s) | "
                 f"generated {self.generated_tokens} tok @ {self.decode_tps:.1f} tok/s | "
-                f"finish: {self.finish_reason}")
+                + (f"AL {self.accept_length:.2f}, {100 * self.acceptance:.0f}% of drafts accepted | "
+                   if self.accept_length else "")
+                + f"finish: {self.finish_reason}")
 
 
 def fence(text: str) -> str:

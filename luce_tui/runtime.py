@@ -12,6 +12,7 @@ class Runtime:
     draft: object | None = None      # luce_engine.DraftModel (--draft)
     speculator: object | None = None  # ChainSpeculator over engine and draft: replies speculate
     compressor: object | None = None  # luce_engine.pflash.AttachmentCompressor (--pflash-scorer)
+    spec_note: str | None = None      # why the shipped draft is not used here (luce_engine.default_draft)
 
     @property
     def model(self):

@@ -54,7 +54,8 @@ spiritbuun converter). Every key carries the arch prefix A:
             blk.i.post_attention_norm.weight (ffn_norm_name="ffn_norm": blk.i.ffn_norm.weight);
             the other names as in "llama".
 
-Optional in both: own_token_embd=True adds a random tied token_embd.weight [E, V] (drawn after
+Optional in both: target_name="..." writes dflash.target_name (lucebox: A.dflash.target_name), the
+general.name of the target the draft belongs to (the engine refuses other targets). own_token_embd=True adds a random tied token_embd.weight [E, V] (drawn after
 every other tensor, so the other weights do not change) so the draft loads standalone.
 
 Broken drafts for mismatch tests (write_bad_draft; every other byte-producing step as for the
@@ -121,6 +122,7 @@ class TinyDraftConfig:
     causal_key: bool | None = None     # attention.causal value; None -> lucebox False, llama key omitted
     write_tokenizer: bool = True       # copy the target's tokenizer.* keys
     capture_key: str = "ids"           # lucebox only: "ids" (dflash.target_layer_ids) / "n_target_layers"
+    target_name: str | None = None     # write dflash.target_name / A.dflash.target_name (the target's general.name)
 
     def arch(self) -> str:
         if self.convention == "llama":
@@ -351,6 +353,9 @@ def _kvs(cfg: TinyDraftConfig, t: TargetInfo, E: int, capture, mask_id: int, n_f
         elif capture is not None:
             kvs.append((f"{a}.dflash.target_layer_ids", file_capture(cfg, capture), VT.ARRAY, VT.INT32))
         kvs.append((f"{a}.dflash.n_target_features", n_features, VT.UINT32))
+    if cfg.target_name is not None:
+        key = f"{a}.target_name" if cfg.convention == "llama" else f"{a}.dflash.target_name"
+        kvs.append((key, cfg.target_name, VT.STRING))
     if cfg.sliding_window is not None:
         kvs += [
             (f"{a}.attention.sliding_window", cfg.sliding_window, VT.UINT32),

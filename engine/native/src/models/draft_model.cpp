@@ -11,6 +11,8 @@
 //   FFN input norm    blk.i.ffn_norm                        blk.i.ffn_norm or blk.i.post_attention_norm
 //   post_attention_norm  optional norm of the attention output   (the FFN input norm)
 //   SWA without pattern  error (as llama.cpp)               no SWA layer (as lucebox)
+//   target name       dflash.target_name (optional)          A.dflash.target_name (optional): must equal the
+//                                                          target's general.name, else DraftMismatchError
 #include "draft_model.h"
 #include "device.h"
 #include "error.h"
@@ -174,6 +176,13 @@ static void check_against_target(const GgufFile & f, const DraftHParams & hp, co
                      " names the output of target layer " + std::to_string(c) + ", outside 0.." +
                      std::to_string(t.n_layer - 2) + " for a " + std::to_string(t.n_layer) + "-layer target");
         }
+    }
+    // A draft trained for one model says so (luce's drafts; llama.cpp ignores the key): another
+    // model of the same shape would load and silently accept nothing.
+    const std::string name_key = hp.arch + (hp.lucebox ? ".dflash.target_name" : ".target_name");
+    if (f.has(name_key) && f.str_opt(name_key, "") != target.name) {
+        mismatch(name_key + " is '" + f.str_opt(name_key, "") + "' but the target model's general.name is '" +
+                 target.name + "'");
     }
     if (hp.mask_token_id < 0 || hp.mask_token_id >= t.n_vocab) {
         mismatch((hp.lucebox ? hp.arch + ".dflash.mask_token_id" : std::string("tokenizer.ggml.mask_token_id")) +

