@@ -16,8 +16,8 @@
 # 2. greedy exactness with the real draft on CUDA (tests/test_shipped_draft.py, 20 prompts x 128);
 # 3. llama.cpp's llama-cli --spec-type draft-dflash on the same prompts: its acceptance vs ours.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/suite_spec_real}
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+OUT=${RES:-${OUT:-/tmp/suite_spec_real}}   # under run.sh: its $RES
 mkdir -p "$OUT"
 BIN=${LLAMA_BIN:-/tmp/lcpbuild/bin}
 export PYTHONUNBUFFERED=1
@@ -27,7 +27,7 @@ echo "target $SMOLLM2"; echo "draft  $DRAFT"
 [ -f "$SMOLLM2" ] && [ -f "$DRAFT" ] || { echo "suite_spec_real: target or draft missing"; exit 1; }
 
 status=0
-python3 bench/bench_spec.py --real --target "$SMOLLM2" --draft "$DRAFT" --device cuda:0 --threads 16 \
+python3 bench/bench_spec.py --real --target "$SMOLLM2" --draft "$DRAFT" --device cuda:0 --threads 16 --per-category "${PER_CATEGORY:-0}" \
     --json "$OUT/spec_real_cuda.json" 2>&1 | tee "$OUT/spec_real_cuda.txt" || status=1
 
 LUCE_TEST_DEVICE=cuda:0 python3 -m pytest -q -s tests/test_shipped_draft.py \
@@ -35,9 +35,14 @@ LUCE_TEST_DEVICE=cuda:0 python3 -m pytest -q -s tests/test_shipped_draft.py \
 
 if [ -x "$BIN/llama-cli" ]; then
     python3 bench/gpu/llama_cli_acceptance.py --llama-cli "$BIN/llama-cli" --target "$SMOLLM2" --draft "$DRAFT" \
-        --ours "$OUT/spec_real_cuda.json" --json "$OUT/llama_cli_acceptance.json" 2>&1 | tee "$OUT/llama_cli_acceptance.txt" || status=1
+        --ours "$OUT/spec_real_cuda.json" --per-category "${PER_CATEGORY:-0}" --json "$OUT/llama_cli_acceptance.json" 2>&1 | tee "$OUT/llama_cli_acceptance.txt" || status=1
 else
     echo "suite_spec_real: no $BIN/llama-cli, skipping llama.cpp's acceptance" | tee "$OUT/llama_cli_acceptance.txt"
 fi
 echo "== summary"; tail -6 "$OUT/spec_real_cuda.txt"; tail -3 "$OUT/shipped_draft_tests_cuda.txt"; tail -6 "$OUT/llama_cli_acceptance.txt"
+if type summary > /dev/null 2>&1; then   # under run.sh
+    summary "spec_real: $(tail -8 "$OUT/spec_real_cuda.txt" | tr -s ' ' | tr '\n' '|')"
+    summary "spec_real tests: $(tail -1 "$OUT/shipped_draft_tests_cuda.txt")"
+    summary "spec_real llama-cli: $(tail -4 "$OUT/llama_cli_acceptance.txt" | tr -s ' ' | tr '\n' '|')"
+fi
 exit $status
