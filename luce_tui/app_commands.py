@@ -9,8 +9,7 @@ from textual import work
 
 from luce_tui import attachments, commands, config
 from luce_tui.attachments import AttachmentError
-from luce_tui.conversation import combined_summary
-from luce_tui.widgets.messages import AssistantMessage, Notice, UserMessage
+from luce_tui.widgets.messages import AssistantMessage, message_widgets
 
 
 class CommandsMixin:
@@ -180,8 +179,9 @@ class CommandsMixin:
                            f"{comp.config.keep_ratio:.0%}) for your question: about {kept:,} of their {total:,} "
                            f"tokens go into the prompt; click a chip or use /compress to choose per file")
             total = kept
-        problem = attachments.budget_error(self.engine.n_past + total, n_ctx,
-                                           min(self.opts.max_tokens, self.opts.reply_reserve), self.model.n_ctx_train)
+        problem = attachments.budget_error(self.engine.n_past + total, n_ctx, self._reply_reserve(),
+                                           self.model.n_ctx_train, has_history=bool(self.conv.messages),
+                                           has_attachments=True, compressor=comp is not None)
         if problem:
             await self.say(f"{att.name} ({att.n_tokens:,} tokens) will not fit: with the chat so far it needs "
                            f"about {self.engine.n_past + total:,} of {n_ctx:,} tokens. "
@@ -349,21 +349,7 @@ class CommandsMixin:
         self.edit_index, self.pending, self.last_result = None, [], None
         self._refresh_chips()
         await self.chat.remove_children()
-        widgets = []
-        for i, m in enumerate(messages):
-            if m["role"] == "user":
-                widgets.append(UserMessage(m, i))
-                infos = [a["compression"] for a in m.get("attachments") or () if a.get("compression")]
-                if infos:   # the notice the turn showed when it compressed
-                    widgets.append(Notice(combined_summary(infos) + f": scorer "
-                                          f"{sum(c.get('scorer_ms', 0) for c in infos) / 1e3:.2f} s"))
-            elif m["role"] == "assistant":
-                stats = m.get("stats") or {}
-                footer = _stored_footer(stats)
-                w = AssistantMessage(i, highlight=self.highlight, text=m["content"], spans=m.get("spans"),
-                                     footer=footer)
-                w.set_class(stats.get("finish_reason") == "cancelled", "cancelled")
-                widgets.append(w)
+        widgets = message_widgets(list(enumerate(messages)), self.highlight)
         if widgets:
             await self.chat.mount_all(widgets)
         self.chat.anchor()
@@ -377,19 +363,6 @@ class CommandsMixin:
         from luce_tui.generation import Job
 
         conv = self.conv
-        job = Job("prefill", lambda job: conv.prefill_history(progress=job.on_progress), self, cancel=conv.cancel,
-                  clock=self.job_clock)
+        job = Job("prefill", lambda job: conv.prefill_history(progress=job.on_progress, stop=job.cancel_requested),
+                  self, cancel=conv.cancel, clock=self.job_clock)
         self._start_job(job, note="prefilling the history")
-
-
-def _stored_footer(stats: dict) -> str:
-    if not stats:
-        return ""
-    n, ms = stats.get("generated_tokens"), stats.get("decode_ms")
-    parts = []
-    if n is not None:
-        parts.append(f"{n:,} tok" + (f" @ {n / ms * 1e3:.1f} tok/s" if ms else ""))
-    reason = stats.get("finish_reason")
-    if reason in ("cancelled", "length", "context"):
-        parts.append({"cancelled": "cancelled", "length": "stopped at --max-tokens", "context": "context full"}[reason])
-    return " · ".join(parts)

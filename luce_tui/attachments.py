@@ -93,14 +93,21 @@ def round_ctx(n: int) -> int:
     return -(-n // CTX_ROUND) * CTX_ROUND
 
 
-def budget_error(prompt_tokens: int, n_ctx: int, reserve: int, n_ctx_train: int = 0) -> str | None:
-    """None when the prompt plus `reserve` tokens of reply fit the context; else what to do."""
+def budget_error(prompt_tokens: int, n_ctx: int, reserve: int, n_ctx_train: int = 0, *, has_history: bool = True,
+                 has_attachments: bool = True, compressor: bool = False) -> str | None:
+    """None when the prompt plus `reserve` tokens of reply fit the context; else what to do, for
+    this situation: /new only with history to drop, /detach and PFlash only with files attached."""
     need = prompt_tokens + reserve
     if need <= n_ctx:
         return None
     advice = [f"restart with --max-ctx {round_ctx(need)}"]
     if n_ctx_train and round_ctx(need) > n_ctx_train:
         advice = [f"the model was trained for {n_ctx_train:,} tokens, so a larger --max-ctx will not help"]
-    advice += ["/detach a file", "/new to start without the history"]
+    if has_attachments:
+        advice.append("/compress on to send the files compressed (PFlash)" if compressor
+                      else "restart with --prefill-drafter PATH to compress long files (PFlash)")
+        advice.append("/detach a file")
+    if has_history:
+        advice.append("/new to start without the history")
     return (f"this message does not fit the context: the prompt is {prompt_tokens:,} tokens plus room for "
             f"{reserve:,} of reply, but the context holds {n_ctx:,}; " + ", or ".join(advice))

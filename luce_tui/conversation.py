@@ -9,6 +9,10 @@ Generation runs on a worker thread so the main thread stays responsive: Ctrl+C (
 into engine.cancel(), which stops the engine at its next graph boundary, and the partial reply is kept
 (`cancel()` does the same from any thread, e.g. the TUI's Esc).
 
+A cancel belongs to one turn: each turn has its own stop event (a caller may pass its own, set before
+the turn begins), and the engine's cancel flag, which stays armed after the work it stopped, is
+cleared when the next turn starts, before it rewinds the context.
+
 Messages are dicts with "role" and "content"; a user message may also carry "attachments", a list
 of {"name", "text"} parts that are rendered into the prompt at send time (after the typed text, one
 fenced block per file), so the files stay separate parts of the message for whoever needs them
@@ -33,7 +37,7 @@ import signal
 import threading
 from typing import Callable
 
-from luce_engine import ContextFullError, Engine, Sampling, StepResult
+from luce_engine import ContextFullError, Engine, GenerationCancelled, Sampling, StepResult
 from luce_engine.chat_template import ChatTemplateError
 
 TextFn = Callable[[str], object]
@@ -214,6 +218,7 @@ class Conversation:
         """Forget the messages and empty the engine's context (the system prompt stays)."""
         self.messages = []
         self.last = None
+        self.engine.clear_cancel()
         self.engine.truncate(0)
 
     def cancel(self) -> None:
@@ -250,9 +255,10 @@ class Conversation:
         self._compressed += infos
         return combined_summary(infos) if infos else None
 
-    def prefill_history(self, progress: ProgressFn | None = None) -> int:
+    def prefill_history(self, progress: ProgressFn | None = None, stop: threading.Event | None = None) -> int:
         """Evaluate the messages (no generation prompt) so the next turn only prefills its new
-        message, e.g. after resuming a saved chat. Returns the tokens evaluated now."""
+        message, e.g. after resuming a saved chat. Returns the tokens evaluated now; raises
+        GenerationCancelled when `stop` is set (before or during the work)."""
         if not self.messages:
             return 0
         ids = self.encode(add_generation_prompt=False)
@@ -260,64 +266,80 @@ class Conversation:
         keep = common_prefix(eng.tokens, ids)
         if len(ids) >= eng.n_ctx:
             raise ContextFullError(f"the conversation is {len(ids)} tokens but the context holds {eng.n_ctx}")
+        stop = stop or threading.Event()
+
+        def report(done: int, total: int) -> bool:
+            if progress:
+                progress(done, total)
+            return not stop.is_set()
+
+        eng.clear_cancel()   # a cancel of earlier work must not stop this one
+        if stop.is_set():
+            raise GenerationCancelled("cancelled")
         if keep < eng.n_past:
             eng.truncate(keep)
         if keep < len(ids):
-            # A cancel that came after an earlier turn ended must not stop this prefill;
-            # generate() clears the engine's cancel flag (and does nothing else with max_tokens=0).
-            for _ in eng.generate(max_tokens=0):
-                pass
-            eng.prefill(ids[keep:], progress=progress)
+            eng.prefill(ids[keep:], progress=report)
             eng.checkpoint()
         return len(ids) - keep
 
     # -- turns -----------------------------------------------------------------------------
     def reply(self, text: str | dict, *, sampling: Sampling, max_tokens: int, on_text: TextFn | None = None,
               on_progress: ProgressFn | None = None, on_step: StepFn | None = None,
-              on_start: StartFn | None = None) -> TurnResult:
+              on_start: StartFn | None = None, stop: threading.Event | None = None) -> TurnResult:
         """Add a user message (text, or a message dict with attachments) and generate the
         assistant's reply (kept even when cancelled)."""
         message = {"role": "user", "content": text} if isinstance(text, str) else dict(text, role="user")
         return self.respond(self.messages + [message], sampling=sampling, max_tokens=max_tokens,
-                            on_text=on_text, on_progress=on_progress, on_step=on_step, on_start=on_start)
+                            on_text=on_text, on_progress=on_progress, on_step=on_step, on_start=on_start, stop=stop)
 
     def retry(self, *, sampling: Sampling, max_tokens: int, on_text: TextFn | None = None,
               on_progress: ProgressFn | None = None, on_step: StepFn | None = None,
-              on_start: StartFn | None = None) -> TurnResult:
+              on_start: StartFn | None = None, stop: threading.Event | None = None) -> TurnResult:
         """Replace the last assistant reply by a newly generated one."""
         if not self.messages or self.messages[-1]["role"] != "assistant":
             raise ConversationError("there is no reply to retry yet")
         return self.respond(self.messages[:-1], sampling=sampling, max_tokens=max_tokens, on_text=on_text,
-                            on_progress=on_progress, on_step=on_step, on_start=on_start)
+                            on_progress=on_progress, on_step=on_step, on_start=on_start, stop=stop)
 
     def respond(self, history: list[dict], *, sampling: Sampling, max_tokens: int, on_text: TextFn | None = None,
                 on_progress: ProgressFn | None = None, on_step: StepFn | None = None,
-                on_start: StartFn | None = None) -> TurnResult:
+                on_start: StartFn | None = None, stop: threading.Event | None = None) -> TurnResult:
         """Generate the assistant's reply to `history` (ending in a user message); afterwards
-        self.messages is history + the reply. Used for new turns, retries and edited turns."""
-        return self._run(history, sampling, max_tokens, on_text, on_progress, on_step, on_start)
+        self.messages is history + the reply. Used for new turns, retries and edited turns.
+        stop: this turn's cancel request (set from any thread, also before the turn starts);
+        cancel() sets it too."""
+        return self._run(history, sampling, max_tokens, on_text, on_progress, on_step, on_start,
+                         stop or threading.Event())
 
     def _run(self, history: list[dict], sampling: Sampling, max_tokens: int, on_text: TextFn | None,
-             on_progress: ProgressFn | None, on_step: StepFn | None = None,
-             on_start: StartFn | None = None) -> TurnResult:
+             on_progress: ProgressFn | None, on_step: StepFn | None, on_start: StartFn | None,
+             stop: threading.Event) -> TurnResult:
         # Everything that can fail before generation leaves self.messages untouched.
-        with _sigint_cancels(self.cancel):
-            self.compress_attachments(history, on_progress)
+        self._stop = stop
+        try:
+            with _sigint_cancels(self.cancel):
+                self.compress_attachments(history, on_progress)
+        except BaseException:
+            self._stop = None
+            raise
         compressed, self._compressed = self._compressed, []
-        prompt = self.encode(history)
-        if not prompt:
-            raise ConversationError("the chat template rendered an empty prompt")
-        n_ctx = self.engine.n_ctx
-        if len(prompt) >= n_ctx:
-            raise ContextFullError(f"the conversation is {len(prompt)} tokens but the context holds {n_ctx}")
+        try:
+            prompt = self.encode(history)
+            if not prompt:
+                raise ConversationError("the chat template rendered an empty prompt")
+            n_ctx = self.engine.n_ctx
+            if len(prompt) >= n_ctx:
+                raise ContextFullError(f"the conversation is {len(prompt)} tokens but the context holds {n_ctx}")
+        except BaseException:
+            self._stop = None
+            raise
         events: queue.SimpleQueue = queue.SimpleQueue()
-        stop = threading.Event()
         worker = threading.Thread(target=self._generate, name="luce-generate", daemon=True,
                                   args=(prompt, sampling, max_tokens, stop, events))
         before = self.engine.stats()
         text, reason, generated, reused = [], "cancelled", 0, 0
         steps = drafted = accepted = 0
-        self._stop = stop
         with _sigint_cancels(lambda: (stop.set(), self.engine.cancel())):
             worker.start()
             try:
@@ -375,15 +397,24 @@ class Conversation:
             eng = self.engine
             # Keep at least one prompt token to evaluate, so the prefill leaves fresh logits behind.
             keep = min(common_prefix(eng.tokens, prompt), len(prompt) - 1)
-            if keep < eng.n_past:
-                eng.truncate(keep)
             events.put(("reused", keep))
+            # The engine's flag may still hold the cancel of an earlier turn; this turn's own
+            # request is `stop`, which a cancel sets before it arms the engine.
+            eng.clear_cancel()
+            try:
+                if stop.is_set():
+                    raise GenerationCancelled("cancelled")
+                if keep < eng.n_past:
+                    eng.truncate(keep)
+            except GenerationCancelled:
+                events.put(("step", StepResult([], [], finish_reason="cancelled")))
+                return
 
             def progress(done: int, total: int) -> bool:
                 events.put(("progress", done, total))
                 return not stop.is_set()
 
-            # `stop` also covers a Ctrl+C that came before generate() cleared the engine's cancel flag.
+            # `stop` also covers a cancel that came before generate() cleared the engine's flag again.
             for r in eng.generate(prompt[keep:], sampling=sampling, max_tokens=max_tokens, progress=progress):
                 events.put(("step", r))
                 if stop.is_set():
