@@ -82,8 +82,10 @@ class LuceApp(CommandsMixin, App):
         if store is not None:
             from luce_tui.persist import Persistence
 
-            self.persist = Persistence(store, {"model": self.model.name, "model_path": self.model.path,
-                                               "system": self.opts.system})
+            settings = {"model": self.model.name, "model_path": self.model.path}
+            if self.opts.system is not None:   # nothing to say otherwise (an export would print "None")
+                settings["system"] = self.opts.system
+            self.persist = Persistence(store, settings)
         self.highlight = self.opts.highlight
         self.pending: list[Attachment] = []
         self.job: Job | None = None
@@ -126,7 +128,7 @@ class LuceApp(CommandsMixin, App):
         self.chat.anchor()
         self._update_title()
         m = self.model
-        await self.say(f"luce-chat · {m.name} ({m.arch}) on {m.device} · n_ctx {self.engine.n_ctx:,} · "
+        await self.say(f"luce-chat · {self.model_label} ({m.arch}) on {m.device} · n_ctx {self.engine.n_ctx:,} · "
                        f"/help lists the commands, Ctrl+P opens the palette")
         if self.opts.note:
             await self.say(self.opts.note, "warning")
@@ -156,7 +158,13 @@ class LuceApp(CommandsMixin, App):
 
     def _update_title(self) -> None:
         title = self.persist.title if self.persist and self.persist.title else "new chat"
-        self.sub_title = f"{title} · {self.model.name} · {self.model.device}"
+        self.sub_title = f"{title} · {self.model_label} · {self.model.device}"
+
+    @property
+    def model_label(self) -> str:
+        """The model as people name it: its file name (a GGUF's general.name is often a training tag)."""
+        name = Path(self.model.path).name
+        return name[:-5] if name.endswith(".gguf") else name
 
     async def say(self, text: str, kind: str = "info") -> Notice:
         """A notice in the chat (command output, warnings, errors)."""
@@ -557,6 +565,7 @@ def run_app(engine, sampling, args, *, note: str | None = None) -> int:
                        highlight=bool(getattr(args, "highlight", False)),
                        paste_threshold=getattr(args, "paste_threshold", None) or 2000,
                        resume=args.resume, draft=args.draft, prefill_drafter=args.prefill_drafter, note=note,
+                       threads=args.threads or config.default_threads(),
                        history_file=_history_path(data), user_themes=userconfig.themes_dir())
     app = LuceApp(engine, sampling, opts, store=store, store_error=store_error)
     try:

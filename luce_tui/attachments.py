@@ -67,8 +67,24 @@ def decode_text(name: str, data: bytes) -> str:
     return text.replace("\r\n", "\n")
 
 
-def read(path: str | Path, tokenizer) -> Attachment:
-    """Read and count one file (blocking: call it from a worker)."""
+def unique_names(paths: list[str], taken: list[str] = ()) -> list[str]:
+    """Names for the files at paths: the base name, or where two would look the same (two
+    README.md) the shortest tail of the path that tells them apart ("docs/README.md")."""
+    parts = [Path(p).expanduser().resolve().parts for p in paths]
+    names = []
+    for i, ps in enumerate(parts):
+        others = [q for j, q in enumerate(parts) if j != i]
+        for k in range(1, len(ps) + 1):
+            name = "/".join(ps[-k:])
+            if name not in taken and all("/".join(q[-k:]) != name for q in others):
+                break
+        names.append(name)
+    return names
+
+
+def read(path: str | Path, tokenizer, name: str | None = None) -> Attachment:
+    """Read and count one file (blocking: call it from a worker); name: how it is shown (default:
+    its base name)."""
     p = Path(path).expanduser()
     if p.is_dir():
         raise AttachmentError(f"{path} is a directory; attach the files in it one by one")
@@ -82,7 +98,8 @@ def read(path: str | Path, tokenizer) -> Attachment:
         raise AttachmentError(f"{path}: no such file") from None
     except OSError as e:
         raise AttachmentError(f"{path}: {e.strerror or e}") from None
-    return from_text(p.name, decode_text(p.name, data), tokenizer)
+    name = name or p.name
+    return from_text(name, decode_text(name, data), tokenizer)
 
 
 def from_text(name: str, text: str, tokenizer) -> Attachment:

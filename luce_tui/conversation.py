@@ -90,10 +90,10 @@ class TurnResult:
 
     def summary(self) -> str:
         pflash = f"{self.compression}, scorer {self.scorer_ms / 1e3:.2f} s | " if self.compression else ""
-        return (f"{pflash}prompt {self.prompt_tokens} tok ({self.reused_tokens} reused), "
-                f"prefill {self.prefill_tokens} tok @ {self.prefill_tps:.1f} tok/s "
-                f"({self.prefill_ms / 1e3:.2f} s) | "
-                f"generated {self.generated_tokens} tok @ {self.decode_tps:.1f} tok/s | "
+        return (f"{pflash}prompt {self.prompt_tokens:,} tok ({self.reused_tokens:,} reused), "
+                f"prefill {self.prefill_tokens:,} tok @ {self.prefill_tps:,.1f} tok/s "
+                f"({self.prefill_ms / 1e3:,.2f} s) | "
+                f"generated {self.generated_tokens:,} tok @ {self.decode_tps:,.1f} tok/s | "
                 f"finish: {self.finish_reason}")
 
 
@@ -158,6 +158,24 @@ class Conversation:
         history = self.messages if history is None else history
         head = [{"role": "system", "content": self.system}] if self.system else []
         return head + [{"role": m["role"], "content": render_content(m)} for m in history]
+
+    def default_system(self) -> str | None:
+        """The system prompt the template writes when none is set (SmolLM2's names itself), or None.
+        Found by rendering a probe chat with and without a system prompt of our own."""
+        mark, probe = f"\ue000{secrets.token_hex(4)}\ue001", f"\ue002{secrets.token_hex(4)}\ue003"
+        try:
+            bare = self.template.render([{"role": "user", "content": mark}], add_generation_prompt=False)
+            with_system = self.template.render([{"role": "system", "content": probe},
+                                                {"role": "user", "content": mark}], add_generation_prompt=False)
+        except ChatTemplateError:
+            return None
+        before, head = bare.split(mark)[0], with_system.split(mark)[0]
+        if probe not in head:
+            return None
+        start, end = head.split(probe, 1)
+        if len(before) > len(start) + len(end) and before.startswith(start) and before.endswith(end):
+            return before[len(start):len(before) - len(end)] or None
+        return None
 
     def render(self, history: list[dict] | None = None, add_generation_prompt: bool = True) -> str:
         return self.template.render(self.chat_messages(history), add_generation_prompt=add_generation_prompt)
