@@ -128,8 +128,8 @@ class LuceApp(CommandsMixin, App):
         self.chat.anchor()
         self._update_title()
         m = self.model
-        await self.say(f"luce-chat · {self.model_label} ({m.arch}) on {m.device} · n_ctx {self.engine.n_ctx:,} · "
-                       f"/help lists the commands, Ctrl+P opens the palette")
+        await self.say(f"luce-chat: /help lists the commands, Ctrl+P opens the palette · {self.model_label} "
+                       f"({m.arch}) on {m.device} · n_ctx {self.engine.n_ctx:,}")
         if self.opts.note:
             await self.say(self.opts.note, "warning")
         for w in warnings:
@@ -327,8 +327,9 @@ class LuceApp(CommandsMixin, App):
         self.last_result = result
         reply_w: AssistantMessage = job.info["reply_w"]
         cancelled = result.finish_reason == "cancelled"
-        footer = reply_summary(result) + {"cancelled": " · cancelled", "length": " · stopped at --max-tokens",
-                                          "context": " · context full"}.get(result.finish_reason, "")
+        why = {"cancelled": "cancelled", "length": "stopped at --max-tokens",
+               "context": "context full"}.get(result.finish_reason)
+        footer = reply_summary(result) + (f" · {why}" if why else "")
         await reply_w.finish(footer, cancelled=cancelled)
         reply = self.conv.messages[-1]
         reply["spans"] = list(reply_w.all_spans)
@@ -340,7 +341,7 @@ class LuceApp(CommandsMixin, App):
                                                       reply["stats"], reply["spans"])
             except Exception as e:
                 await self.say(f"the reply was not saved: {e}", "warning")
-        self.live.last = footer   # the status line says "cancelled" too
+        self.live.last = f"{why} · {reply_summary(result)}" if why else reply_summary(result)   # first: always visible
         self._show_stats()
         if result.compression:
             await self.say(f"{result.compression}: scorer {result.scorer_ms / 1e3:.2f} s, "

@@ -226,15 +226,16 @@ def _n_ctx(settings: config.EngineSettings, model, n_verify_max: int, *, budget:
                   file=sys.stderr)
         return n_ctx
     need = _target_need(settings, model, n_verify_max)
+    where = f"the {config.human_bytes(budget)} of --plan-memory" if budget else None
     if budget is None:
         plan = model.plan(n_ctx=n_ctx, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
                           n_verify_max=n_verify_max, check=False)
         budget = memory.loaded_budget(plan, model.device, placed)
     chosen = memory.auto_ctx(lambda n: need(n), n_ctx, budget)
     if chosen < n_ctx:
+        where = where or f"the {config.human_bytes(budget)} free on {model.device}"
         print(f"luce-chat: context {chosen:,} tokens: the model's training context ({n_ctx:,}) does not fit "
-              f"{config.AUTO_CTX_SHARE:.0%} of the {config.human_bytes(budget)} free on {model.device} "
-              "(--max-ctx chooses another)", file=sys.stderr)
+              f"{config.AUTO_CTX_SHARE:.0%} of {where} (--max-ctx chooses another)", file=sys.stderr)
     return chosen
 
 

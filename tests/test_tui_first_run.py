@@ -253,3 +253,97 @@ async def test_sending_during_the_history_prefill_says_so(engine, store, monkeyp
         await wait_idle(pilot, app)
         assert any("history is still being prefilled" in m for m in messages), messages
         assert not any("reply is still being generated" in m for m in messages)
+
+
+# -- 7, 10: /model names the threads and gives the plan --plan gives, with its verdict -------------------
+@run_async
+async def test_model_shows_threads_and_the_plan_with_a_verdict(engine, tiny_model):
+    from luce_tui import config, memory
+
+    app = make_app(engine, threads=2)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, app, "/model", wait=False)
+        await pilot.pause()
+        text = notices(app)[-1]
+        assert "device:  CPU, 2 CPU threads" in text
+        plan = tiny_model.plan(n_ctx=engine.n_ctx, n_verify_max=engine.n_verify_max, check=False)
+        assert config.format_plan(plan) in text
+        assert f"fits: needs {config.human_bytes(memory.device_need(plan, 'CPU'))} of " in text
+        assert text.count("n_ctx") == 1
+
+
+# -- 8: advice that fits the situation -----------------------------------------------------------------
+def test_budget_advice_fits_the_situation():
+    from luce_tui.attachments import budget_error
+
+    first = budget_error(5000, 4096, 256, 8192, has_history=False, has_attachments=True, compressor=False)
+    assert "/new" not in first and "--prefill-drafter" in first and "/detach" in first
+    assert "/compress on" in budget_error(5000, 4096, 256, has_history=True, has_attachments=True, compressor=True)
+    typed = budget_error(5000, 4096, 256, has_history=True, has_attachments=False)
+    assert "/new" in typed and "/detach" not in typed and "PFlash" not in typed
+
+
+# -- polish ------------------------------------------------------------------------------------------
+def test_menu_help_and_keys_say_each_thing_once():
+    from luce_tui import commands
+
+    for value, description in commands.complete("/"):
+        assert value.strip() not in description                # the menu shows the name already
+    keys = commands.help_text().splitlines()[-2]
+    assert "F3 sessions" in keys and "Ctrl+N new chat" in keys and "Ctrl+C" in keys
+
+
+@run_async
+async def test_system_sampling_and_highlight_say_what_they_did(engine):
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, app, "/system", wait=False)
+        await pilot.pause()
+        assert "the template's default, “You are a helpful AI assistant named SmolLM" in notices(app)[-1]
+        await type_and_send(pilot, app, "/sampling temp=0.3", wait=False)
+        await pilot.pause()
+        assert notices(app)[-1].startswith("sampling set, from the next reply: temperature=0.3")
+        await type_and_send(pilot, app, "/highlight", wait=False)
+        await pilot.pause()
+        assert "no draft model is loaded" in notices(app)[-1]
+
+
+@run_async
+async def test_chips_keep_the_argument_order_and_tell_same_names_apart(engine, tmp_path):
+    for d in ("a", "b", "c"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "a" / "README.md").write_text("first " * 400)    # the largest first: it counts longest
+    (tmp_path / "b" / "README.md").write_text("second")
+    (tmp_path / "c" / "notes.txt").write_text("third")
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, app, f"/attach {tmp_path}/a/README.md {tmp_path}/b/README.md "
+                                        f"{tmp_path}/c/notes.txt", wait=False)
+        await wait_for(pilot, lambda: len(app.pending) == 3, what="three attachments")
+        assert [a.name for a in app.pending] == ["a/README.md", "b/README.md", "notes.txt"]
+
+
+@run_async
+async def test_theme_is_remembered_and_export_goes_next_to_the_chats(engine, store, tmp_path, monkeypatch):
+    import argparse
+
+    from luce_tui import config, userconfig
+
+    app = make_app(engine, store)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, app, "/theme light", wait=False)
+        await pilot.pause()
+        await type_and_send(pilot, app, "Hi")
+        monkeypatch.chdir(tmp_path)
+        await type_and_send(pilot, app, "/export md", wait=False)
+        await pilot.pause()
+        path = config.data_dir() / "exports" / f"luce-chat-{app.persist.session_id}.md"
+        assert notices(app)[-1] == f"exported to {path}" and path.is_file()
+        assert "system=None" not in path.read_text()
+        assert not list(tmp_path.glob("luce-chat-*"))
+    args = argparse.Namespace(theme=None)
+    userconfig.merge(args, {})
+    assert args.theme == "light"                                 # the next start opens in it
+    args = argparse.Namespace(theme=None)
+    userconfig.merge(args, {"theme": "high-contrast"})
+    assert args.theme == "high-contrast"                         # the config file still wins
