@@ -205,8 +205,14 @@ class Engine:
             self._core.checkpoint()
 
     def cancel(self) -> None:
-        """Stop the running prefill/step at the next graph boundary (any thread)."""
+        """Stop the running prefill/step at the next graph boundary (any thread). The request
+        stays armed until clear_cancel() (generate() clears it when it starts)."""
         self._core.cancel()
+
+    def clear_cancel(self) -> None:
+        """Drop a cancel request left over from work that has ended, so the next truncate() or
+        prefill() runs; a caller that starts a new turn clears first, then honours its own stop."""
+        self._core.clear_cancel()
 
     def generate(self, prompt: Sequence[int] | None = None, *, sampling: Sampling | None = None,
                  max_tokens: int = 256, stop: Sequence[str] = (), stop_token_ids: Iterable[int] | None = None,

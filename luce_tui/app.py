@@ -24,7 +24,7 @@ from luce_tui.conversation import Conversation
 from luce_tui.generation import Job, JobFailed, JobFinished, JobStarted
 from luce_tui.palette import LuceCommands
 from luce_tui.widgets.chips import AttachmentChips
-from luce_tui.widgets.messages import AssistantMessage, Notice, UserMessage
+from luce_tui.widgets.messages import AssistantMessage, Notice, UserMessage, message_widgets
 from luce_tui.widgets.prompt import CompletionMenu, PromptInput
 from luce_tui.widgets.stats import LiveStats, StatsBar, reply_summary
 
@@ -47,6 +47,7 @@ class ChatOptions:
     history_file: Path | None = None        # prompt history shared with the plain mode
     user_themes: Path | None = None
     reply_reserve: int = 256                # tokens of room a reply needs for a message to be sent
+    threads: int | None = None              # CPU threads the engine computes with (shown in /model)
 
 
 class BudgetError(Exception):
@@ -62,6 +63,8 @@ class LuceApp(CommandsMixin, App):
     """
     BINDINGS = [
         Binding("escape", "cancel", "cancel"),
+        # Ctrl+C stops a reply, as in llama-cli and the plain loop (priority: before the input's copy)
+        Binding("ctrl+c", "interrupt", "cancel", show=False, priority=True),
         Binding("f2", "toggle_highlight", "highlight"),
         Binding("f3", "sessions", "sessions"),
         Binding("ctrl+o", "edit_in_editor", "editor"),
@@ -80,8 +83,10 @@ class LuceApp(CommandsMixin, App):
         if store is not None:
             from luce_tui.persist import Persistence
 
-            self.persist = Persistence(store, {"model": self.model.name, "model_path": self.model.path,
-                                               "system": self.opts.system})
+            settings = {"model": self.model.name, "model_path": self.model.path}
+            if self.opts.system is not None:   # nothing to say otherwise (an export would print "None")
+                settings["system"] = self.opts.system
+            self.persist = Persistence(store, settings)
         self.highlight = self.opts.highlight
         self.pending: list[Attachment] = []
         self.job: Job | None = None
@@ -124,8 +129,8 @@ class LuceApp(CommandsMixin, App):
         self.chat.anchor()
         self._update_title()
         m = self.model
-        await self.say(f"luce-chat · {m.name} ({m.arch}) on {m.device} · n_ctx {self.engine.n_ctx:,} · "
-                       f"/help lists the commands, Ctrl+P opens the palette")
+        await self.say(f"luce-chat: /help lists the commands, Ctrl+P opens the palette · {self.model_label} "
+                       f"({m.arch}) on {m.device} · n_ctx {self.engine.n_ctx:,}")
         if self.opts.note:
             await self.say(self.opts.note, "warning")
         for w in warnings:
@@ -154,7 +159,13 @@ class LuceApp(CommandsMixin, App):
 
     def _update_title(self) -> None:
         title = self.persist.title if self.persist and self.persist.title else "new chat"
-        self.sub_title = f"{title} · {self.model.name} · {self.model.device}"
+        self.sub_title = f"{title} · {self.model_label} · {self.model.device}"
+
+    @property
+    def model_label(self) -> str:
+        """The model as people name it: its file name (a GGUF's general.name is often a training tag)."""
+        name = Path(self.model.path).name
+        return name[:-5] if name.endswith(".gguf") else name
 
     async def say(self, text: str, kind: str = "info") -> Notice:
         """A notice in the chat (command output, warnings, errors)."""
@@ -188,9 +199,15 @@ class LuceApp(CommandsMixin, App):
     def _busy(self) -> bool:
         return self.job is not None
 
+    def _busy_text(self) -> str:
+        if self.job is not None and self.job.kind == "prefill":
+            return ("the saved chat's history is still being prefilled: wait a moment, or press Esc to stop it "
+                    "(the next reply then prefills what is missing)")
+        return "a reply is still being generated: wait, or press Esc to cancel it"
+
     async def send(self, text: str) -> None:
         if self._busy():
-            self.notify("a reply is still being generated: wait, or press Esc to cancel it", severity="warning")
+            self.notify(self._busy_text(), severity="warning")
             return
         if self.input.menu is not None:
             self.input.menu.hide()
@@ -198,19 +215,23 @@ class LuceApp(CommandsMixin, App):
         atts = list(self.pending)
         msg = {"role": "user", "content": text,
                "attachments": [dict(a.part, n_tokens=a.n_tokens) for a in atts]}
-        if self.edit_index is not None:
-            base = self.conv.messages[: self.edit_index]
-            await self._remove_from(self.edit_index)
+        edit = self.edit_index
+        if edit is not None:
+            base = self.conv.messages[:edit]
+            await self._remove_from(edit)
             self.edit_index = None
         else:
             base = list(self.conv.messages)
         self.pending = []
         self._refresh_chips()
         self.input.clear()
-        await self._start_reply(base, msg, atts)
+        await self._start_reply(base, msg, atts, edit=edit)
 
-    async def _start_reply(self, base: list[dict], msg: dict | None, atts: list[Attachment]) -> None:
-        """A reply to base (+ msg, a new user message; None for /retry, where base ends with it)."""
+    async def _start_reply(self, base: list[dict], msg: dict | None, atts: list[Attachment], *,
+                           edit: int | None = None) -> None:
+        """A reply to base (+ msg, a new user message; None for /retry, where base ends with it).
+        The messages of self.conv.messages beyond base are off the screen until the reply starts
+        (edit: the index /edit replaces); a turn that fails before it starts puts them back."""
         history = base + ([msg] if msg else [])
         index = len(history)
         widgets = []
@@ -226,17 +247,22 @@ class LuceApp(CommandsMixin, App):
         def work(job: Job):
             # PFlash first: a compressed attachment is what has to fit the context
             conv.compress_attachments(history, job.on_score)
+            if job.cancel_requested.is_set():   # Esc while scoring, or before the scorer cleared its flag
+                from luce_engine import GenerationCancelled
+
+                raise GenerationCancelled("cancelled")
             prompt = conv.encode(history)
-            problem = budget_error(len(prompt), self.engine.n_ctx, min(opts.max_tokens, opts.reply_reserve),
-                                   self.model.n_ctx_train)
+            problem = budget_error(len(prompt), self.engine.n_ctx, self._reply_reserve(), self.model.n_ctx_train,
+                                   **self._advice_context(history))
             if problem:
                 raise BudgetError(problem)
             return conv.respond(history, sampling=self.sampling, max_tokens=opts.max_tokens,
-                                on_progress=job.on_progress, on_step=job.on_step, on_start=job.on_start)
+                                on_progress=job.on_progress, on_step=job.on_step, on_start=job.on_start,
+                                stop=job.cancel_requested)
 
         job = Job("reply", work, self, cancel=conv.cancel, clock=self.job_clock)
-        job.info = {"msg": msg, "atts": atts, "widgets": widgets, "reply_w": reply_w,
-                    "parent": base[-1].get("id") if base else None}
+        job.info = {"msg": msg, "atts": atts, "widgets": widgets, "reply_w": reply_w, "edit": edit,
+                    "base_len": len(base), "parent": base[-1].get("id") if base else None}
         self._start_job(job)
 
     def _start_job(self, job: Job, note: str = "") -> None:
@@ -302,8 +328,9 @@ class LuceApp(CommandsMixin, App):
         self.last_result = result
         reply_w: AssistantMessage = job.info["reply_w"]
         cancelled = result.finish_reason == "cancelled"
-        footer = reply_summary(result) + {"cancelled": " · cancelled", "length": " · stopped at --max-tokens",
-                                          "context": " · context full"}.get(result.finish_reason, "")
+        why = {"cancelled": "cancelled", "length": "stopped at --max-tokens",
+               "context": "context full"}.get(result.finish_reason)
+        footer = reply_summary(result) + (f" · {why}" if why else "")
         await reply_w.finish(footer, cancelled=cancelled)
         reply = self.conv.messages[-1]
         reply["spans"] = list(reply_w.all_spans)
@@ -315,7 +342,7 @@ class LuceApp(CommandsMixin, App):
                                                       reply["stats"], reply["spans"])
             except Exception as e:
                 await self.say(f"the reply was not saved: {e}", "warning")
-        self.live.last = reply_summary(result)
+        self.live.last = f"{why} · {reply_summary(result)}" if why else reply_summary(result)   # first: always visible
         self._show_stats()
         if result.compression:
             await self.say(f"{result.compression}: scorer {result.scorer_ms / 1e3:.2f} s, "
@@ -336,20 +363,52 @@ class LuceApp(CommandsMixin, App):
             else:
                 await self.say(f"could not prefill the history: {err}", "error")
             return
-        if not job.started:
-            # Nothing reached the engine: take the message back so it can be changed and resent.
-            for w in job.info["widgets"]:
-                await w.remove()
-            msg = job.info.get("msg")
-            if msg is not None:
-                if not self.input.text.strip():
-                    self.input.set_text(msg["content"])
-                self.pending = job.info["atts"] + self.pending
-                self._refresh_chips()
-        else:
-            await job.info["reply_w"].finish("failed", cancelled=True)
+        # The turn did not happen (conv.messages is unchanged): the screen and the store go back to
+        # what the model sees, and the message returns to the input so it can be changed and resent.
+        for w in job.info["widgets"]:
+            await w.remove()
+        await self._mount_messages(job.info["base_len"])   # what /retry or /edit took off the screen
+        if job.info["edit"] is not None:
+            self.edit_index = job.info["edit"]              # still an edit: Enter makes the branch
+        msg = job.info.get("msg")
+        if job.started and msg is not None and self.persist is not None and msg.get("id") is not None:
+            try:   # the saved message stays as a branch; the chat continues from its parent
+                leaf = self.conv.messages[-1].get("id") if self.conv.messages else None
+                self.persist.store.set_current_leaf(self.persist.session_id, leaf)
+            except Exception as e:
+                await self.say(f"the saved chat could not be set back: {e}", "warning")
+            msg.pop("id", None)
+        if msg is not None:
+            if not self.input.text.strip():
+                self.input.set_text(msg["content"])
+            self.pending = job.info["atts"] + self.pending
+            self._refresh_chips()
+        if isinstance(err, GenerationCancelled):
+            await self.say("cancelled before the reply started" + ("; your message is back in the input"
+                                                                   if msg is not None else ""))
+            return
         text = str(err) if isinstance(err, BudgetError) else _error_text(err)
         await self.say(text, "error")
+
+    async def _mount_messages(self, start: int) -> None:
+        """Widgets for self.conv.messages[start:] that are not on the screen (after the others)."""
+        shown = {w.index for w in self.chat.children if isinstance(w, (UserMessage, AssistantMessage))}
+        widgets = message_widgets([(i, m) for i, m in enumerate(self.conv.messages) if i >= start and i not in shown],
+                                  self.highlight)
+        if widgets:
+            await self.chat.mount_all(widgets)
+            self.chat.anchor()
+
+    def _reply_reserve(self) -> int:
+        """Tokens kept free for the reply when a message is checked against the context: the
+        configured reserve, but never more than a quarter of the context (a small --max-ctx still chats)."""
+        return max(1, min(self.opts.max_tokens, self.opts.reply_reserve, self.engine.n_ctx // 4))
+
+    def _advice_context(self, history: list[dict]) -> dict:
+        """What budget_error's advice depends on (history ends in the new user message): is there
+        history to drop, are there files, is there a compressor."""
+        return {"has_history": len(history) > 1, "has_attachments": bool(history[-1].get("attachments")),
+                "compressor": self.conv.compressor is not None}
 
     async def _remove_from(self, index: int) -> None:
         """Remove the message widgets of conversation index >= index (the notices stay)."""
@@ -358,6 +417,15 @@ class LuceApp(CommandsMixin, App):
                 await w.remove()
 
     # -- actions -----------------------------------------------------------------------------------
+    async def action_interrupt(self) -> None:
+        """Ctrl+C: stop the reply; copy a selection in the input; else say how to quit."""
+        if self.job is not None:
+            await self.action_cancel()
+        elif not self.input.selection.is_empty:
+            self.input.action_copy()
+        else:
+            self.notify("Ctrl+Q quits (Ctrl+C stops a reply while one is running)", title="Do you want to quit?")
+
     async def action_cancel(self) -> None:
         if self.job is not None:
             self.job.cancel()
@@ -499,6 +567,7 @@ def run_app(runtime, sampling, args, *, note: str | None = None) -> int:
                        highlight=bool(getattr(args, "highlight", False)),
                        paste_threshold=getattr(args, "paste_threshold", None) or 2000,
                        resume=args.resume, draft=args.draft, pflash_scorer=args.pflash_scorer, note=note,
+                       threads=args.threads or config.default_threads(),
                        history_file=_history_path(data), user_themes=locations.themes_dir())
     app = LuceApp(runtime, sampling, opts, store=store, store_error=store_error)
     try:

@@ -7,10 +7,9 @@ from pathlib import Path
 
 from textual import work
 
-from luce_tui import attachments, commands, config
+from luce_tui import attachments, commands, config, userconfig
 from luce_tui.attachments import AttachmentError
-from luce_tui.conversation import combined_summary
-from luce_tui.widgets.messages import AssistantMessage, Notice, UserMessage
+from luce_tui.widgets.messages import AssistantMessage, message_widgets
 
 
 class CommandsMixin:
@@ -75,22 +74,35 @@ class CommandsMixin:
             return (f"{d.path} ({d.dialect} dialect, block {d.block_size}, "
                     f"target layers {list(d.capture_layers)}{extra})")
 
+        from luce_tui import memory
+
+        # the same plan, rows and verdict as `luce-chat --plan` with these settings
+        plan = m.plan(n_ctx=eng.n_ctx, cache_type_k=eng.cache_type_k, cache_type_v=eng.cache_type_v,
+                      n_verify_max=getattr(eng, "n_verify_max", 16), rollback=eng.rollback, check=False)
+        need = memory.device_need(plan, m.device)
+        threads = f", {self.opts.threads} CPU thread{'s' if self.opts.threads != 1 else ''}" if self.opts.threads else ""
         await self.say("\n".join([
             f"model:   {m.name} ({m.arch}, {m.n_params / 1e6:.1f}M params, {config.human_bytes(m.weight_bytes)})",
             f"file:    {m.path}",
             f"draft:   {draft_line()}",
             f"PFlash scorer: {prefill_line()}",
-            f"device:  {m.device}",
+            f"device:  {m.device}{threads}",
             f"weights: {m.weight_types}",
             f"context: n_ctx {eng.n_ctx:,} (trained {m.n_ctx_train:,}), KV {eng.cache_type_k}/{eng.cache_type_v}",
             "memory plan:",
-            config.format_plan(eng.memory_plan()),
+            config.format_plan(plan),
+            "  " + memory.verdict(need, memory.loaded_budget(plan, m.device, True), m.device),
         ]))
 
     # -- settings ----------------------------------------------------------------------------------
     async def cmd_system(self, rest: str) -> None:
         if not rest:
-            await self.say(f"system: {self.conv.system}" if self.conv.system else "system: (the template's default)")
+            if self.conv.system:
+                await self.say(f"system: {self.conv.system}")
+            else:
+                default = self.conv.default_system()
+                await self.say(f"system: the template's default, “{default}”" if default
+                               else "system: none (the template adds no system prompt of its own)")
             return
         self._need_idle("changing the system prompt")
         self.conv.system = rest
@@ -99,12 +111,16 @@ class CommandsMixin:
         await self.say("system prompt set; it applies from the next reply")
 
     async def cmd_sampling(self, rest: str) -> None:
-        if rest:
-            try:
-                self.sampling = config.parse_sampling_assignments(rest.split(), self.sampling)
-            except ValueError as e:
-                raise commands.CommandError(str(e)) from None
-        await self.say(config.format_sampling(self.sampling))
+        if not rest:
+            await self.say(config.format_sampling(self.sampling))
+            return
+        try:
+            new = config.parse_sampling_assignments(rest.split(), self.sampling)
+        except ValueError as e:
+            raise commands.CommandError(str(e)) from None
+        old, self.sampling = self.sampling, new
+        await self.say(f"sampling set, from the next reply: {config.format_sampling(new)}"
+                       + ("" if new != old else " (unchanged)"))
 
     async def cmd_theme(self, rest: str) -> None:
         names = sorted(self.available_themes)
@@ -114,14 +130,20 @@ class CommandsMixin:
         if rest not in self.available_themes:
             raise commands.CommandError(f"unknown theme {rest!r} (available: {', '.join(names)})")
         self.theme = rest
-        await self.say(f"theme: {rest}")
+        remembered = userconfig.remember_theme(rest)
+        await self.say(f"theme: {rest}" + ("" if remembered else " (it could not be remembered for the next start)"))
 
     async def cmd_highlight(self, rest: str) -> None:
         self.highlight = not self.highlight
         for w in self.query(AssistantMessage):
             w.set_highlight(self.highlight)
-        await self.say("highlight on: replies show raw text, tokens from accepted drafts coloured"
-                       if self.highlight else "highlight off: replies are rendered as Markdown")
+        if not self.highlight:
+            await self.say("highlight off: replies are rendered as Markdown")
+        elif getattr(self.engine, "draft", None) is None:
+            await self.say("highlight on: replies show raw text; no draft model is loaded (--draft), so no token "
+                           "comes from a draft and none is coloured")
+        else:
+            await self.say("highlight on: replies show raw text, tokens from accepted drafts coloured")
 
     # -- attachments -------------------------------------------------------------------------------
     async def cmd_attach(self, rest: str) -> None:
@@ -134,25 +156,30 @@ class CommandsMixin:
         force = flags[0] == "--compress" if flags else None
         if force and self.conv.compressor is None:
             raise commands.CommandError(self._compression_off())
-        for p in paths:
-            self._read_attachment(p, compress=force)
+        taken = [a.name for a in self.pending] + list(self.query_one("#chips").pending)
+        names = attachments.unique_names(paths, taken)
+        self._read_attachments(list(zip(paths, names)), compress=force)
 
     async def attach_text(self, name: str, text: str) -> None:
-        self._read_attachment(name, text=text)
+        self._read_attachments([(name, name)], text=text)
 
     @work(thread=True, group="attach")
-    def _read_attachment(self, path: str, text: str | None = None, compress: bool | None = None) -> None:
-        """Worker thread: read + count tokens (seconds for a big file), then back on the UI."""
-        name = Path(path).name
-        self.call_from_thread(self._counting, name, True)
+    def _read_attachments(self, files: list[tuple[str, str]], text: str | None = None,
+                          compress: bool | None = None) -> None:
+        """Worker thread: read + count tokens (seconds for a big file), then back on the UI; one
+        file after the other, so the chips come in the order of the arguments."""
+        for _, name in files:
+            self.call_from_thread(self._counting, name, True)
         tok = self.model.tokenizer
-        try:
-            att = (attachments.from_text(name, text, tok) if text is not None else attachments.read(path, tok))
-        except AttachmentError as e:
-            self.call_from_thread(self._attach_done, name, None, str(e))
-        else:
-            att.compress = compress
-            self.call_from_thread(self._attach_done, name, att, None)
+        for path, name in files:
+            try:
+                att = (attachments.from_text(name, text, tok) if text is not None
+                       else attachments.read(path, tok, name=name))
+            except AttachmentError as e:
+                self.call_from_thread(self._attach_done, name, None, str(e))
+            else:
+                att.compress = compress
+                self.call_from_thread(self._attach_done, name, att, None)
 
     def _counting(self, name: str, on: bool) -> None:
         chips = self.query_one("#chips")
@@ -180,8 +207,9 @@ class CommandsMixin:
                            f"{comp.config.keep_ratio:.0%}) for your question: about {kept:,} of their {total:,} "
                            f"tokens go into the prompt; click a chip or use /compress to choose per file")
             total = kept
-        problem = attachments.budget_error(self.engine.n_past + total, n_ctx,
-                                           min(self.opts.max_tokens, self.opts.reply_reserve), self.model.n_ctx_train)
+        problem = attachments.budget_error(self.engine.n_past + total, n_ctx, self._reply_reserve(),
+                                           self.model.n_ctx_train, has_history=bool(self.conv.messages),
+                                           has_attachments=True, compressor=comp is not None)
         if problem:
             await self.say(f"{att.name} ({att.n_tokens:,} tokens) will not fit: with the chat so far it needs "
                            f"about {self.engine.n_past + total:,} of {n_ctx:,} tokens. "
@@ -298,7 +326,11 @@ class CommandsMixin:
         if self.persist.session_id is None or not self.conv.messages:
             raise commands.CommandError("nothing to export yet: send a message first")
         fmt, sid = args[0], self.persist.session_id
-        path = Path(args[1]).expanduser() if len(args) > 1 else Path.cwd() / f"luce-chat-{sid}.{fmt}"
+        if len(args) > 1:
+            path = Path(args[1]).expanduser()
+        else:   # not wherever the app happened to be started: next to the chats
+            path = config.data_dir() / "exports" / f"luce-chat-{sid}.{fmt}"
+            path.parent.mkdir(parents=True, exist_ok=True)
         store = self.persist.store
         text = (store.export_markdown(sid) if fmt == "md"
                 else json.dumps(store.export_json(sid), ensure_ascii=False, indent=2) + "\n")
@@ -349,26 +381,15 @@ class CommandsMixin:
         self.edit_index, self.pending, self.last_result = None, [], None
         self._refresh_chips()
         await self.chat.remove_children()
-        widgets = []
-        for i, m in enumerate(messages):
-            if m["role"] == "user":
-                widgets.append(UserMessage(m, i))
-                infos = [a["compression"] for a in m.get("attachments") or () if a.get("compression")]
-                if infos:   # the notice the turn showed when it compressed
-                    widgets.append(Notice(combined_summary(infos) + f": scorer "
-                                          f"{sum(c.get('scorer_ms', 0) for c in infos) / 1e3:.2f} s"))
-            elif m["role"] == "assistant":
-                stats = m.get("stats") or {}
-                footer = _stored_footer(stats)
-                w = AssistantMessage(i, highlight=self.highlight, text=m["content"], spans=m.get("spans"),
-                                     footer=footer)
-                w.set_class(stats.get("finish_reason") == "cancelled", "cancelled")
-                widgets.append(w)
+        widgets = message_widgets(list(enumerate(messages)), self.highlight)
         if widgets:
             await self.chat.mount_all(widgets)
         self.chat.anchor()
         self._update_title()
-        await self.say(f"opened “{self.persist.title or '(untitled)'}” ({len(messages)} messages)")
+        total = self.persist.store.get_session(session_id).n_messages
+        count = (f"{len(messages)} messages" if total == len(messages)
+                 else f"{len(messages)} messages on this branch, {total} in all")
+        await self.say(f"opened “{self.persist.title or '(untitled)'}” ({count})")
         for w in self.persist.warnings:
             await self.say(w, "warning")
         self._prefill_history()
@@ -377,19 +398,6 @@ class CommandsMixin:
         from luce_tui.generation import Job
 
         conv = self.conv
-        job = Job("prefill", lambda job: conv.prefill_history(progress=job.on_progress), self, cancel=conv.cancel,
-                  clock=self.job_clock)
+        job = Job("prefill", lambda job: conv.prefill_history(progress=job.on_progress, stop=job.cancel_requested),
+                  self, cancel=conv.cancel, clock=self.job_clock)
         self._start_job(job, note="prefilling the history")
-
-
-def _stored_footer(stats: dict) -> str:
-    if not stats:
-        return ""
-    n, ms = stats.get("generated_tokens"), stats.get("decode_ms")
-    parts = []
-    if n is not None:
-        parts.append(f"{n:,} tok" + (f" @ {n / ms * 1e3:.1f} tok/s" if ms else ""))
-    reason = stats.get("finish_reason")
-    if reason in ("cancelled", "length", "context"):
-        parts.append({"cancelled": "cancelled", "length": "stopped at --max-tokens", "context": "context full"}[reason])
-    return " · ".join(parts)

@@ -67,8 +67,24 @@ def decode_text(name: str, data: bytes) -> str:
     return text.replace("\r\n", "\n")
 
 
-def read(path: str | Path, tokenizer) -> Attachment:
-    """Read and count one file (blocking: call it from a worker)."""
+def unique_names(paths: list[str], taken: list[str] = ()) -> list[str]:
+    """Names for the files at paths: the base name, or where two would look the same (two
+    README.md) the shortest tail of the path that tells them apart ("docs/README.md")."""
+    parts = [Path(p).expanduser().resolve().parts for p in paths]
+    names = []
+    for i, ps in enumerate(parts):
+        others = [q for j, q in enumerate(parts) if j != i]
+        for k in range(1, len(ps) + 1):
+            name = "/".join(ps[-k:])
+            if name not in taken and all("/".join(q[-k:]) != name for q in others):
+                break
+        names.append(name)
+    return names
+
+
+def read(path: str | Path, tokenizer, name: str | None = None) -> Attachment:
+    """Read and count one file (blocking: call it from a worker); name: how it is shown (default:
+    its base name)."""
     p = Path(path).expanduser()
     if p.is_dir():
         raise AttachmentError(f"{path} is a directory; attach the files in it one by one")
@@ -82,7 +98,8 @@ def read(path: str | Path, tokenizer) -> Attachment:
         raise AttachmentError(f"{path}: no such file") from None
     except OSError as e:
         raise AttachmentError(f"{path}: {e.strerror or e}") from None
-    return from_text(p.name, decode_text(p.name, data), tokenizer)
+    name = name or p.name
+    return from_text(name, decode_text(name, data), tokenizer)
 
 
 def from_text(name: str, text: str, tokenizer) -> Attachment:
@@ -93,14 +110,21 @@ def round_ctx(n: int) -> int:
     return -(-n // CTX_ROUND) * CTX_ROUND
 
 
-def budget_error(prompt_tokens: int, n_ctx: int, reserve: int, n_ctx_train: int = 0) -> str | None:
-    """None when the prompt plus `reserve` tokens of reply fit the context; else what to do."""
+def budget_error(prompt_tokens: int, n_ctx: int, reserve: int, n_ctx_train: int = 0, *, has_history: bool = True,
+                 has_attachments: bool = True, compressor: bool = False) -> str | None:
+    """None when the prompt plus `reserve` tokens of reply fit the context; else what to do, for
+    this situation: /new only with history to drop, /detach and PFlash only with files attached."""
     need = prompt_tokens + reserve
     if need <= n_ctx:
         return None
     advice = [f"restart with --max-ctx {round_ctx(need)}"]
     if n_ctx_train and round_ctx(need) > n_ctx_train:
         advice = [f"the model was trained for {n_ctx_train:,} tokens, so a larger --max-ctx will not help"]
-    advice += ["/detach a file", "/new to start without the history"]
+    if has_attachments:
+        advice.append("/compress on to send the files compressed (PFlash)" if compressor
+                      else "restart with --pflash-scorer PATH to compress long files (PFlash)")
+        advice.append("/detach a file")
+    if has_history:
+        advice.append("/new to start without the history")
     return (f"this message does not fit the context: the prompt is {prompt_tokens:,} tokens plus room for "
             f"{reserve:,} of reply, but the context holds {n_ctx:,}; " + ", or ".join(advice))

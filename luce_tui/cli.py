@@ -27,29 +27,43 @@ def _version() -> str:
         return "unknown"
 
 
-def _positive(value: str) -> int:
-    n = int(value)
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+def _number(value: str, kind: type, what: str, ok) -> int | float:
+    """An argparse type: value as `kind`, or an error that says what was expected (argparse's own
+    would name the function: "invalid _positive value")."""
+    try:
+        n = kind(value)
+    except ValueError:
+        n = None
+    if n is None or not ok(n):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value!r}")
     return n
+
+
+def _positive(value: str) -> int:
+    return _number(value, int, "a positive integer", lambda n: n > 0)
 
 
 def _ratio(value: str) -> float:
-    r = float(value)
-    if not 0.0 < r <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a ratio in (0, 1], got {value}")
-    return r
+    return _number(value, float, "a ratio in (0, 1]", lambda r: 0.0 < r <= 1.0)
 
 
 def _non_negative(value: str) -> int:
-    n = int(value)
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return n
+    return _number(value, int, "an integer >= 0", lambda n: n >= 0)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors as one line plus where to look, not under the whole usage block."""
+
+    def error(self, message: str):
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\nusage: {self.prog} [options] "
+                              f"(`{self.prog} --help` lists them)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from luce_engine import Sampling
+
+    chat = Sampling.chat_default()
+    p = _Parser(
         prog="luce-chat", description="Chat with a local GGUF model in the terminal (inference runs in-process).")
     mode = p.add_argument_group("mode")
     mode.add_argument("-p", "--prompt", metavar="TEXT",
@@ -86,11 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
     # The engine validates the device and lists the available ones in its error message.
     model.add_argument("--device", help="auto, cpu or cuda:N (default: auto)")
     model.add_argument("--max-ctx", type=_positive, metavar="N",
-                       help=f"context size in tokens, capped to the model's training context "
-                            f"(default: {config.DEFAULT_MAX_CTX})")
+                       help="context size in tokens, capped to the model's training context (default: the "
+                            "training context, or the largest part of it that fits the free memory)")
     model.add_argument("--cache-type-k", choices=config.CACHE_TYPES, help="KV cache type of K (default: f16)")
     model.add_argument("--cache-type-v", choices=config.CACHE_TYPES, help="KV cache type of V (default: f16)")
-    model.add_argument("--threads", type=_non_negative, metavar="N", help="CPU threads (default: auto)")
+    model.add_argument("--threads", type=_non_negative, metavar="N",
+                       help=f"CPU threads, at most the CPUs of this machine (default: {config.default_threads()} here: "
+                            "every CPU up to 4, half of them beyond)")
     model.add_argument("--rollback", choices=("snapshot", "replay"),
                        help="how a hybrid target (qwen35) undoes rejected draft tokens: recompute the recurrent "
                             "state (replay, the default; far less memory) or keep a copy per verified token (snapshot)")
@@ -100,12 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="store projections that share an input as one fused weight on the device (default: on)")
 
     s = p.add_argument_group("sampling (defaults: the chat preset)")
-    s.add_argument("--temp", dest="temperature", type=float, metavar="T", help="temperature; 0 is greedy")
-    s.add_argument("--top-k", dest="top_k", type=int, metavar="K")
-    s.add_argument("--top-p", dest="top_p", type=float, metavar="P")
-    s.add_argument("--min-p", dest="min_p", type=float, metavar="P")
-    s.add_argument("--repeat-penalty", dest="repeat_penalty", type=float, metavar="X")
-    s.add_argument("--presence-penalty", dest="presence_penalty", type=float, metavar="X")
+    s.add_argument("--temp", dest="temperature", type=float, metavar="T",
+                   help=f"temperature; 0 is greedy (default: {chat.temperature:g})")
+    s.add_argument("--top-k", dest="top_k", type=int, metavar="K", help=f"(default: {chat.top_k})")
+    s.add_argument("--top-p", dest="top_p", type=float, metavar="P", help=f"(default: {chat.top_p:g})")
+    s.add_argument("--min-p", dest="min_p", type=float, metavar="P", help=f"(default: {chat.min_p:g})")
+    s.add_argument("--repeat-penalty", dest="repeat_penalty", type=float, metavar="X",
+                   help=f"(default: {chat.repeat_penalty:g})")
+    s.add_argument("--presence-penalty", dest="presence_penalty", type=float, metavar="X",
+                   help=f"(default: {chat.presence_penalty:g})")
     s.add_argument("--seed", type=_non_negative, metavar="N", help="fixed seed (default: random per reply)")
     s.add_argument("--max-tokens", type=_positive, metavar="N",
                    help=f"most tokens per reply (default: {config.DEFAULT_MAX_TOKENS})")
@@ -121,6 +140,20 @@ def build_parser() -> argparse.ArgumentParser:
     misc.add_argument("--stats", action="store_true", help="print a stats line on stderr after the reply")
     misc.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     return p
+
+
+def _stdin_text() -> str:
+    """The question of `-p -`: stdin as UTF-8 text (ValueError saying why not, as /attach does)."""
+    data = sys.stdin.buffer.read()
+    if b"\x00" in data:
+        raise ValueError("-p - reads the question from stdin, which holds binary data (NUL bytes); "
+                         "pipe text, or /attach the file in the app")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"-p - reads the question from stdin, which is not UTF-8 text (bad byte at offset "
+                         f"{e.start})") from None
+    return text.replace("\r\n", "\n").strip()   # `echo question | luce-chat -p -` ends in a newline
 
 
 def _fail(message: str) -> int:
@@ -145,10 +178,11 @@ def load(settings: config.EngineSettings, *, verbose: bool = False) -> Runtime:
 
         settings.draft = choice.path
         draft = DraftModel(choice.path, model, n_ctx_draft=config.DRAFT_CTX)
-    engine = Engine(model, n_ctx=_n_ctx(settings, model),
-                    cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
-                    n_verify_max=_n_verify_max(draft.block_size if draft else None, settings.draft_max),
-                    **settings.engine_params())
+    n_verify_max = _n_verify_max(draft.block_size if draft else None, settings.draft_max)
+    n_ctx = _n_ctx(settings, model, n_verify_max, placed=True)
+    _check_fits(settings, model, n_ctx, n_verify_max)
+    engine = Engine(model, n_ctx=n_ctx, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
+                    n_verify_max=n_verify_max, **settings.engine_params())
     runtime = Runtime(engine, draft=draft, compressor=_compressor(settings, model))
     if draft is not None:
         from luce_engine.speculative import ChainSpeculator
@@ -181,12 +215,59 @@ def _compressor(settings: config.EngineSettings, model):
                                 threshold=settings.pflash_threshold, keep_ratio=settings.pflash_keep_ratio)
 
 
-def _n_ctx(settings: config.EngineSettings, model) -> int:
+def _target_need(settings: config.EngineSettings, model, n_verify_max: int):
+    """need(n_ctx, type_k, type_v, verify=…) -> the target's bytes on its device (memory.device_need)."""
+    from luce_tui import memory
+
+    def need(n: int, tk: str = settings.cache_type_k, tv: str = settings.cache_type_v,
+             verify: int = n_verify_max) -> int:
+        plan = model.plan(n_ctx=n, cache_type_k=tk, cache_type_v=tv, n_verify_max=verify, check=False,
+                          **settings.engine_params())
+        return memory.device_need(plan, model.device)
+
+    return need
+
+
+def _n_ctx(settings: config.EngineSettings, model, n_verify_max: int, *, budget: int | None = None,
+           placed: bool = False) -> int:
+    """--max-ctx (capped to the training context), else the training context when it fits the
+    memory, else the largest context that does (memory.auto_ctx), with a note saying so."""
+    from luce_tui import memory
+
     n_ctx = settings.n_ctx_for(model.n_ctx_train)
-    if settings.max_ctx_given and n_ctx < settings.max_ctx:
-        print(f"luce-chat: --max-ctx {settings.max_ctx} capped to the model's training context {n_ctx}",
-              file=sys.stderr)
-    return n_ctx
+    if settings.max_ctx_given:
+        if n_ctx < settings.max_ctx:
+            print(f"luce-chat: --max-ctx {settings.max_ctx} capped to the model's training context {n_ctx}",
+                  file=sys.stderr)
+        return n_ctx
+    need = _target_need(settings, model, n_verify_max)
+    where = f"the {config.human_bytes(budget)} of --plan-memory" if budget else None
+    if budget is None:
+        plan = model.plan(n_ctx=n_ctx, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
+                          n_verify_max=n_verify_max, check=False, **settings.engine_params())
+        budget = memory.loaded_budget(plan, model.device, placed)
+    chosen = memory.auto_ctx(lambda n: need(n), n_ctx, budget)
+    if chosen < n_ctx:
+        where = where or f"the {config.human_bytes(budget)} free on {model.device}"
+        print(f"luce-chat: context {chosen:,} tokens: the model's training context ({n_ctx:,}) does not fit "
+              f"{config.AUTO_CTX_SHARE:.0%} of {where} (--max-ctx chooses another)", file=sys.stderr)
+    return chosen
+
+
+def _check_fits(settings: config.EngineSettings, model, n_ctx: int, n_verify_max: int) -> None:
+    """Before the engine allocates: the plan against the free memory, in --plan's words."""
+    from luce_engine import InsufficientMemoryError
+
+    from luce_tui import memory
+
+    need = _target_need(settings, model, n_verify_max)
+    plan = model.plan(n_ctx=n_ctx, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
+                      n_verify_max=n_verify_max, check=False, **settings.engine_params())
+    budget = memory.loaded_budget(plan, model.device, True)
+    total = memory.device_need(plan, model.device)
+    if budget and total > budget:
+        hints = _plan_hints(settings, n_ctx, budget, 0, 0, 0, need)
+        raise InsufficientMemoryError(f"{memory.verdict(total, budget, model.device)}; {hints}")
 
 
 def _uses_draft(settings: config.EngineSettings) -> bool:
@@ -205,35 +286,38 @@ def _n_verify_max(block_size: int | None, draft_max: int | None = None) -> int:
 
 
 def print_plan(settings: config.EngineSettings) -> int:
-    from luce_engine import DraftModel, InsufficientMemoryError, Model
+    from luce_engine import DraftModel, Model
 
     # Sizes come from the files' metadata: no weights are read, so planning a 27B model is instant.
-    model = Model(settings.target, plan_only=True, **settings.model_params())
-    n_ctx = _n_ctx(settings, model)
+        settings.draft = choice.path
+        draft = DraftModel(choice.path, model, n_ctx_draft=config.DRAFT_CTX)
+    n_verify_max = _n_verify_max(draft.block_size if draft else None, settings.draft_max)
+    n_ctx = _n_ctx(settings, model, n_verify_max, placed=True)
+    _check_fits(settings, model, n_ctx, n_verify_max)
+    engine = Engine(model, n_ctx=n_ctx, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
+                    n_verify_max=n_verify_max, **settings.engine_params())
+    runtime = Runtime(engine, draft=draft, compressor=_compressor(settings, model))
     budget = config.parse_bytes(settings.plan_memory) if settings.plan_memory else None
     # A draft is validated against the target exactly as a load would (same errors), sized, not read.
     draft = (DraftModel.plan(settings.draft, model, n_ctx_draft=config.DRAFT_CTX, capture_ring=config.CAPTURE_RING)
              if _uses_draft(settings) else None)
     block = draft["info"]["block_size"] if draft else None
     n_verify_max = _n_verify_max(block, settings.draft_max)
+    n_ctx = _n_ctx(settings, model, n_verify_max, budget=budget)
     scorer = _plan_scorer(settings, n_ctx)
 
     def target_plan(n_ctx: int, tk: str, tv: str, check: bool = False, verify: int = n_verify_max) -> dict:
         return model.plan(n_ctx=n_ctx, cache_type_k=tk, cache_type_v=tv, n_verify_max=verify, check=check,
                           **settings.engine_params())
 
-    try:
-        plan = target_plan(n_ctx, settings.cache_type_k, settings.cache_type_v, check=budget is None)
-    except InsufficientMemoryError as e:
-        return _fail(str(e))
+    plan = target_plan(n_ctx, settings.cache_type_k, settings.cache_type_v)
     where = f"a {config.human_bytes(budget)} device" if budget else model.device
     rows = dict(plan)
     if budget is not None:
         rows.pop("device_free", None)   # this machine's memory is not what the plan is checked against
-    elif plan.get("device_free") and model.device.upper() != "CPU":
-        # On a GPU its free memory is the budget of the whole plan, weights included (the engine's
-        # own check counts only what comes on top of weights that a real load has already placed).
-        budget = plan["device_free"]
+    else:
+        # Nothing is loaded: the device's free memory is the budget of the whole plan, weights included.
+        budget = plan.get("device_free") or None
     print(f"memory plan for {model.name} on {where} "
           f"(n_ctx {n_ctx}, KV {settings.cache_type_k}/{settings.cache_type_v}):")
     if draft is not None:
@@ -255,11 +339,12 @@ def print_plan(settings: config.EngineSettings) -> int:
         return 0
 
     draft_total = draft["total"] if draft else 0
+    on = None if settings.plan_memory else model.device   # where the free memory is
     # the scorer's weights stay resident, and a scoring call's memory comes on top while it runs
     scorer_total = scorer["total"] if scorer else 0
 
     def need(p: dict) -> int:
-        return p["total"] - p.get("outputs", 0) + draft_total + scorer_total   # host logits live in system memory
+        return memory.device_need(p, model.device) + draft_total + scorer_total
 
     total_need = need(plan)
     if total_need > budget:
@@ -268,9 +353,8 @@ def print_plan(settings: config.EngineSettings) -> int:
         if scorer_total:
             hints += (f"; or turn PFlash off (--pflash-mode off saves "
                       f"{config.human_bytes(scorer_total)})")
-        return _fail(f"does not fit: needs {config.human_bytes(total_need)} of {config.human_bytes(budget)}; "
-                     f"{hints}")
-    print(f"  fits: {config.human_bytes(budget - total_need)} to spare")
+        return _fail(f"{memory.verdict(total_need, budget, on)}; {hints}")
+    print(f"  {memory.verdict(total_need, budget, on)} ({config.human_bytes(budget - total_need)} to spare)")
     return 0
 
 
@@ -302,7 +386,9 @@ def _plan_hints(settings: config.EngineSettings, n_ctx: int, budget: int, draft_
         return ("to fit, use a smaller quantization of the model or another device: it does not fit even at the "
                 "smallest context with q4_0 KV and no draft")
     hints, enough = [], False   # enough: one of the hints fits on its own
-    fit_ctx = _largest_fitting_ctx(lambda n: need(n, tk, tv), n_ctx, budget)
+    from luce_tui.memory import largest_fitting_ctx
+
+    fit_ctx = largest_fitting_ctx(lambda n: need(n, tk, tv), n_ctx, budget)
     if fit_ctx:
         hints.append(f"lower --max-ctx to {fit_ctx}")
         enough = True
@@ -333,21 +419,6 @@ def _largest_fitting_draft_max(need, n_verify: int, block: int, budget: int) -> 
         if need(k) <= budget:
             return k
     return 0
-
-
-def _largest_fitting_ctx(need, n_ctx: int, budget: int, step: int = 256) -> int:
-    """The largest context below n_ctx (a multiple of step) whose plan fits, 0 if none does.
-    need grows with the context, so a bisection over multiples of step finds it."""
-    lo, hi = 1, (n_ctx - 1) // step   # in units of step: lo fits, hi + 1 is known not to
-    if hi < 1 or need(step) > budget:
-        return 0
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if need(mid * step) <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo * step
 
 
 class _Progress:
@@ -425,8 +496,13 @@ def main(argv: list[str] | None = None) -> int:
     tui = args.prompt is None and not args.plain and not args.plan and sys.stdin.isatty() and sys.stdout.isatty()
     if args.resume is not None and not tui and not args.plan:
         parser.error("--resume needs a terminal (stdin and stdout are not both one)")
+    if config.threads_error(args.threads):
+        parser.error(config.threads_error(args.threads))
     if args.prompt == "-":
-        args.prompt = sys.stdin.read().strip()   # `echo question | luce-chat -p -` ends in a newline
+        try:
+            args.prompt = _stdin_text()
+        except ValueError as e:
+            return _fail(str(e))
     if args.prompt is not None and not args.prompt.strip():
         parser.error("the prompt is empty")
 

@@ -75,7 +75,8 @@ def complete(text: str, *, themes: list[str] = ()) -> list[tuple[str, str]]:
         return []
     if " " not in text:
         word = text[1:].lower()
-        return [(f"/{c.name} " if c.args else f"/{c.name}", f"{c.usage} — {c.help}")
+        # the menu shows the name itself; the description is the rest of the usage and the help
+        return [(f"/{c.name} " if c.args else f"/{c.name}", f"{c.args} — {c.help}" if c.args else c.help)
                 for c in COMMANDS.values() if c.name.startswith(word)]
     head, _, rest = text.partition(" ")
     name = ALIASES.get(head[1:].lower(), head[1:].lower())
@@ -94,6 +95,7 @@ def help_text() -> str:
     width = max(len(c.usage) for c in COMMANDS.values())
     lines = [f"{c.usage:<{width}}  {c.help}" for c in COMMANDS.values()]
     lines += ["", "keys: Enter send · Shift+Enter/Ctrl+J newline · Up history · Tab complete · "
-                  "Ctrl+O $EDITOR · Esc cancel · Ctrl+P palette · F2 highlight · Ctrl+Q quit",
+                  "Ctrl+O $EDITOR · Esc or Ctrl+C cancel · Ctrl+P palette · F2 highlight · F3 sessions · "
+                  "Ctrl+N new chat · Ctrl+Q quit",
               "click an attachment chip: its PFlash choice, auto → compress → full (with --pflash-scorer)"]
     return "\n".join(lines)

@@ -7,7 +7,8 @@ import dataclasses
 from luce_engine import Sampling
 
 CACHE_TYPES = ("f16", "q8_0", "q4_0")
-DEFAULT_MAX_CTX = 4096
+FALLBACK_CTX = 4096   # the context when the model does not say what it was trained for
+AUTO_CTX_SHARE = 0.9  # the automatic context leaves a tenth of the free memory to the rest of the machine
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_PFLASH_THRESHOLD = 32000   # tokens of attachments above which auto compression starts
 DEFAULT_KEEP_RATIO = 0.05
@@ -35,9 +36,9 @@ class EngineSettings:
 
     target: str
     device: str = "auto"
-    threads: int = 0
+    threads: int = 0                    # 0: default_threads()
     plan_memory: str | None = None      # --plan-memory: plan for a device of this size
-    max_ctx: int = DEFAULT_MAX_CTX
+    max_ctx: int | None = None          # None: the training context, or as much of it as fits the memory
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     max_ctx_given: bool = False   # said on the command line (then capping it is worth a note)
@@ -64,8 +65,35 @@ class EngineSettings:
         return {k: v for k, v in given.items() if v is not None}
 
     def n_ctx_for(self, n_ctx_train: int) -> int:
-        # A context beyond the training length only produces garbage, so cap it (0: unknown).
+        """The context asked for: --max-ctx capped to the training length (beyond it a model only
+        produces garbage), else the training length (FALLBACK_CTX when the model does not say)."""
+        if self.max_ctx is None:
+            return n_ctx_train if n_ctx_train > 0 else FALLBACK_CTX
         return min(self.max_ctx, n_ctx_train) if n_ctx_train > 0 else self.max_ctx
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_threads(cpus: int | None = None) -> int:
+    """Every CPU up to 4, half of them beyond (assumed SMT siblings, which add little). Measured on
+    2 cores (docs/decisions.md): 2 threads prefill and decode faster than 1 even with the machine
+    busy, and the UI thread is mostly idle while a reply streams."""
+    cpus = cpus or available_cpus()
+    return cpus if cpus <= 4 else cpus // 2
+
+
+def threads_error(n: int | None) -> str | None:
+    """None when --threads N is usable here; else why not."""
+    cpus = available_cpus()
+    if n is None or 0 <= n <= cpus:
+        return None
+    return (f"--threads {n}: this machine has {cpus} CPU{'s' if cpus != 1 else ''}; use 1 to {cpus} "
+            f"(0 or no flag: {default_threads()}); more threads than CPUs make decoding orders of magnitude slower")
 
 
 def engine_settings(args) -> EngineSettings:
@@ -74,8 +102,8 @@ def engine_settings(args) -> EngineSettings:
         from luce_engine import default_model_path
 
         target = default_model_path()   # may raise ModelFileError: the caller reports it
-    return EngineSettings(target=str(target), device=args.device, threads=args.threads,
-                          max_ctx=args.max_ctx or DEFAULT_MAX_CTX, max_ctx_given=args.max_ctx is not None,
+    return EngineSettings(target=str(target), device=args.device, threads=args.threads or default_threads(),
+                          max_ctx=args.max_ctx, max_ctx_given=args.max_ctx is not None,
                           plan_memory=getattr(args, "plan_memory", None),
                           cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
                           draft=getattr(args, "draft", None), draft_max=getattr(args, "draft_max", None),
@@ -163,8 +191,6 @@ def format_plan(plan: dict) -> str:
     """The memory plan as aligned lines in human units."""
     rows = [(label, plan[k]) for k, label in PLAN_ROWS.items() if k in plan and (plan[k] or k != "recurrent")]
     extra = [("device free", human_bytes(plan["device_free"]))] if plan.get("device_free") else []
-    if "n_ctx" in plan:
-        extra.append(("n_ctx", str(plan["n_ctx"])))
     cells = [(label, human_bytes(v)) for label, v in rows] + extra
     width = max([12] + [len(label) + 1 for label, _ in cells])   # 12: the layout without draft rows
     return "\n".join(f"  {label:<{width}}{value:>12}" for label, value in cells)

@@ -9,6 +9,10 @@ Generation runs on a worker thread so the main thread stays responsive: Ctrl+C (
 into engine.cancel(), which stops the engine at its next graph boundary, and the partial reply is kept
 (`cancel()` does the same from any thread, e.g. the TUI's Esc).
 
+A cancel belongs to one turn: each turn has its own stop event (a caller may pass its own, set before
+the turn begins), and the engine's cancel flag, which stays armed after the work it stopped, is
+cleared when the next turn starts, before it rewinds the context.
+
 Messages are dicts with "role" and "content"; a user message may also carry "attachments", a list
 of {"name", "text"} parts that are rendered into the prompt at send time (after the typed text, one
 fenced block per file), so the files stay separate parts of the message for whoever needs them
@@ -32,7 +36,7 @@ import signal
 import threading
 from typing import Callable
 
-from luce_engine import ContextFullError, Engine, Sampling, StepResult
+from luce_engine import ContextFullError, Engine, GenerationCancelled, Sampling, StepResult
 from luce_engine.chat_template import ChatTemplateError
 
 TextFn = Callable[[str], object]
@@ -85,10 +89,10 @@ class TurnResult:
 
     def summary(self) -> str:
         pflash = f"{self.compression}, scorer {self.scorer_ms / 1e3:.2f} s | " if self.compression else ""
-        return (f"{pflash}prompt {self.prompt_tokens} tok ({self.reused_tokens} reused), "
-                f"prefill {self.prefill_tokens} tok @ {self.prefill_tps:.1f} tok/s "
-                f"({self.prefill_ms / 1e3:.2f} s) | "
-                f"generated {self.generated_tokens} tok @ {self.decode_tps:.1f} tok/s | "
+        return (f"{pflash}prompt {self.prompt_tokens:,} tok ({self.reused_tokens:,} reused), "
+                f"prefill {self.prefill_tokens:,} tok @ {self.prefill_tps:,.1f} tok/s "
+                f"({self.prefill_ms / 1e3:,.2f} s) | "
+                f"generated {self.generated_tokens:,} tok @ {self.decode_tps:,.1f} tok/s | "
                 + (f"AL {self.accept_length:.2f}, {100 * self.acceptance:.0f}% of drafts accepted | "
                    if self.accept_length else "")
                 + f"finish: {self.finish_reason}")
@@ -158,6 +162,24 @@ class Conversation:
         head = [{"role": "system", "content": self.system}] if self.system else []
         return head + [{"role": m["role"], "content": render_content(m)} for m in history]
 
+    def default_system(self) -> str | None:
+        """The system prompt the template writes when none is set (SmolLM2's names itself), or None.
+        Found by rendering a probe chat with and without a system prompt of our own."""
+        mark, probe = f"\ue000{secrets.token_hex(4)}\ue001", f"\ue002{secrets.token_hex(4)}\ue003"
+        try:
+            bare = self.template.render([{"role": "user", "content": mark}], add_generation_prompt=False)
+            with_system = self.template.render([{"role": "system", "content": probe},
+                                                {"role": "user", "content": mark}], add_generation_prompt=False)
+        except ChatTemplateError:
+            return None
+        before, head = bare.split(mark)[0], with_system.split(mark)[0]
+        if probe not in head:
+            return None
+        start, end = head.split(probe, 1)
+        if len(before) > len(start) + len(end) and before.startswith(start) and before.endswith(end):
+            return before[len(start):len(before) - len(end)] or None
+        return None
+
     def render(self, history: list[dict] | None = None, add_generation_prompt: bool = True) -> str:
         return self.template.render(self.chat_messages(history), add_generation_prompt=add_generation_prompt)
 
@@ -217,6 +239,7 @@ class Conversation:
         """Forget the messages and empty the engine's context (the system prompt stays)."""
         self.messages = []
         self.last = None
+        self.engine.clear_cancel()
         self.engine.truncate(0)
 
     def cancel(self) -> None:
@@ -253,9 +276,10 @@ class Conversation:
         self._compressed += infos
         return combined_summary(infos) if infos else None
 
-    def prefill_history(self, progress: ProgressFn | None = None) -> int:
+    def prefill_history(self, progress: ProgressFn | None = None, stop: threading.Event | None = None) -> int:
         """Evaluate the messages (no generation prompt) so the next turn only prefills its new
-        message, e.g. after resuming a saved chat. Returns the tokens evaluated now."""
+        message, e.g. after resuming a saved chat. Returns the tokens evaluated now; raises
+        GenerationCancelled when `stop` is set (before or during the work)."""
         if not self.messages:
             return 0
         ids = self.encode(add_generation_prompt=False)
@@ -263,64 +287,80 @@ class Conversation:
         keep = common_prefix(eng.tokens, ids)
         if len(ids) >= eng.n_ctx:
             raise ContextFullError(f"the conversation is {len(ids)} tokens but the context holds {eng.n_ctx}")
+        stop = stop or threading.Event()
+
+        def report(done: int, total: int) -> bool:
+            if progress:
+                progress(done, total)
+            return not stop.is_set()
+
+        eng.clear_cancel()   # a cancel of earlier work must not stop this one
+        if stop.is_set():
+            raise GenerationCancelled("cancelled")
         if keep < eng.n_past:
             eng.truncate(keep)
         if keep < len(ids):
-            # A cancel that came after an earlier turn ended must not stop this prefill;
-            # generate() clears the engine's cancel flag (and does nothing else with max_tokens=0).
-            for _ in eng.generate(max_tokens=0):
-                pass
-            eng.prefill(ids[keep:], progress=progress)
+            eng.prefill(ids[keep:], progress=report)
             eng.checkpoint()
         return len(ids) - keep
 
     # -- turns -----------------------------------------------------------------------------
     def reply(self, text: str | dict, *, sampling: Sampling, max_tokens: int, on_text: TextFn | None = None,
               on_progress: ProgressFn | None = None, on_step: StepFn | None = None,
-              on_start: StartFn | None = None) -> TurnResult:
+              on_start: StartFn | None = None, stop: threading.Event | None = None) -> TurnResult:
         """Add a user message (text, or a message dict with attachments) and generate the
         assistant's reply (kept even when cancelled)."""
         message = {"role": "user", "content": text} if isinstance(text, str) else dict(text, role="user")
         return self.respond(self.messages + [message], sampling=sampling, max_tokens=max_tokens,
-                            on_text=on_text, on_progress=on_progress, on_step=on_step, on_start=on_start)
+                            on_text=on_text, on_progress=on_progress, on_step=on_step, on_start=on_start, stop=stop)
 
     def retry(self, *, sampling: Sampling, max_tokens: int, on_text: TextFn | None = None,
               on_progress: ProgressFn | None = None, on_step: StepFn | None = None,
-              on_start: StartFn | None = None) -> TurnResult:
+              on_start: StartFn | None = None, stop: threading.Event | None = None) -> TurnResult:
         """Replace the last assistant reply by a newly generated one."""
         if not self.messages or self.messages[-1]["role"] != "assistant":
             raise ConversationError("there is no reply to retry yet")
         return self.respond(self.messages[:-1], sampling=sampling, max_tokens=max_tokens, on_text=on_text,
-                            on_progress=on_progress, on_step=on_step, on_start=on_start)
+                            on_progress=on_progress, on_step=on_step, on_start=on_start, stop=stop)
 
     def respond(self, history: list[dict], *, sampling: Sampling, max_tokens: int, on_text: TextFn | None = None,
                 on_progress: ProgressFn | None = None, on_step: StepFn | None = None,
-                on_start: StartFn | None = None) -> TurnResult:
+                on_start: StartFn | None = None, stop: threading.Event | None = None) -> TurnResult:
         """Generate the assistant's reply to `history` (ending in a user message); afterwards
-        self.messages is history + the reply. Used for new turns, retries and edited turns."""
-        return self._run(history, sampling, max_tokens, on_text, on_progress, on_step, on_start)
+        self.messages is history + the reply. Used for new turns, retries and edited turns.
+        stop: this turn's cancel request (set from any thread, also before the turn starts);
+        cancel() sets it too."""
+        return self._run(history, sampling, max_tokens, on_text, on_progress, on_step, on_start,
+                         stop or threading.Event())
 
     def _run(self, history: list[dict], sampling: Sampling, max_tokens: int, on_text: TextFn | None,
-             on_progress: ProgressFn | None, on_step: StepFn | None = None,
-             on_start: StartFn | None = None) -> TurnResult:
+             on_progress: ProgressFn | None, on_step: StepFn | None, on_start: StartFn | None,
+             stop: threading.Event) -> TurnResult:
         # Everything that can fail before generation leaves self.messages untouched.
-        with _sigint_cancels(self.cancel):
-            self.compress_attachments(history, on_progress)
+        self._stop = stop
+        try:
+            with _sigint_cancels(self.cancel):
+                self.compress_attachments(history, on_progress)
+        except BaseException:
+            self._stop = None
+            raise
         compressed, self._compressed = self._compressed, []
-        prompt = self.encode(history)
-        if not prompt:
-            raise ConversationError("the chat template rendered an empty prompt")
-        n_ctx = self.engine.n_ctx
-        if len(prompt) >= n_ctx:
-            raise ContextFullError(f"the conversation is {len(prompt)} tokens but the context holds {n_ctx}")
+        try:
+            prompt = self.encode(history)
+            if not prompt:
+                raise ConversationError("the chat template rendered an empty prompt")
+            n_ctx = self.engine.n_ctx
+            if len(prompt) >= n_ctx:
+                raise ContextFullError(f"the conversation is {len(prompt)} tokens but the context holds {n_ctx}")
+        except BaseException:
+            self._stop = None
+            raise
         events: queue.SimpleQueue = queue.SimpleQueue()
-        stop = threading.Event()
         worker = threading.Thread(target=self._generate, name="luce-generate", daemon=True,
                                   args=(prompt, sampling, max_tokens, stop, events))
         before = self.engine.stats()
         text, reason, generated, reused = [], "cancelled", 0, 0
         steps = drafted = accepted = 0
-        self._stop = stop
         with _sigint_cancels(lambda: (stop.set(), self.engine.cancel())):
             worker.start()
             try:
@@ -378,15 +418,24 @@ class Conversation:
             eng = self.engine
             # Keep at least one prompt token to evaluate, so the prefill leaves fresh logits behind.
             keep = min(common_prefix(eng.tokens, prompt), len(prompt) - 1)
-            if keep < eng.n_past:
-                eng.truncate(keep)
             events.put(("reused", keep))
+            # The engine's flag may still hold the cancel of an earlier turn; this turn's own
+            # request is `stop`, which a cancel sets before it arms the engine.
+            eng.clear_cancel()
+            try:
+                if stop.is_set():
+                    raise GenerationCancelled("cancelled")
+                if keep < eng.n_past:
+                    eng.truncate(keep)
+            except GenerationCancelled:
+                events.put(("step", StepResult([], [], finish_reason="cancelled")))
+                return
 
             def progress(done: int, total: int) -> bool:
                 events.put(("progress", done, total))
                 return not stop.is_set()
 
-            # `stop` also covers a Ctrl+C that came before generate() cleared the engine's cancel flag.
+            # `stop` also covers a cancel that came before generate() cleared the engine's flag again.
             for r in eng.generate(prompt[keep:], sampling=sampling, max_tokens=max_tokens, progress=progress,
                                   speculator=self.speculator):
                 events.put(("step", r))

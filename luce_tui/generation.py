@@ -46,7 +46,9 @@ class Job:
     """One piece of engine work (a reply, or prefilling a resumed chat) on its own thread.
 
     work(job) runs on the thread and reports through job.on_start / on_progress / on_score / on_step;
-    whatever it returns arrives in JobFinished, whatever it raises in JobFailed.
+    whatever it returns arrives in JobFinished, whatever it raises in JobFailed. A cancel belongs to
+    this job: `cancel_requested` is its own event, which work hands to the engine work as its stop
+    (set before `cancel` reaches the engine, so a request that comes before the work starts is seen).
     """
 
     def __init__(self, kind: str, work: Callable[["Job"], Any], target: MessagePump, *,
@@ -98,7 +100,6 @@ class Job:
     def on_start(self, reused: int, prompt_tokens: int) -> None:
         self.events.put(("start", self._clock(), reused, prompt_tokens))
         self._target.post_message(JobStarted(self, reused, prompt_tokens))
-        self._recheck()
 
     def on_progress(self, done: int, total: int) -> None:
         self.events.put(("progress", self._clock(), done, total))
@@ -108,12 +109,6 @@ class Job:
 
     def on_step(self, step) -> None:
         self.events.put(("step", self._clock(), step))
-        self._recheck()
-
-    def _recheck(self) -> None:
-        # Esc may arrive before the engine's generate() cleared its cancel flag: ask again.
-        if self.cancel_requested.is_set():
-            self._cancel()
 
     # -- called on the UI thread ---------------------------------------------------------------
     def drain(self) -> list[tuple]:

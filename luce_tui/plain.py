@@ -159,7 +159,14 @@ class Repl:
         self.info("\n".join(lines))
 
     def cmd_model(self, rest: str) -> None:
+        from luce_tui import memory
+
         m, eng = self.model, self.engine
+        # the same plan and verdict as `luce-chat --plan` and the app's /model
+        plan = m.plan(n_ctx=eng.n_ctx, cache_type_k=eng.cache_type_k, cache_type_v=eng.cache_type_v,
+                      n_verify_max=getattr(eng, "n_verify_max", 16), rollback=eng.rollback, check=False)
+        verdict = memory.verdict(memory.device_need(plan, m.device), memory.loaded_budget(plan, m.device, True),
+                                 m.device)
         self.info("\n".join([
             f"model:   {m.name} ({m.arch}, {m.n_params / 1e6:.1f}M params, {config.human_bytes(m.weight_bytes)})",
             f"file:    {m.path}",
@@ -167,7 +174,8 @@ class Repl:
             f"weights: {m.weight_types}",
             f"context: n_ctx {eng.n_ctx} (trained {m.n_ctx_train}), KV {eng.cache_type_k}/{eng.cache_type_v}",
             "memory plan:",
-            config.format_plan(eng.memory_plan()),
+            config.format_plan(plan),
+            "  " + verdict,
         ]))
 
     def cmd_retry(self, rest: str) -> None:

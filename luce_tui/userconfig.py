@@ -36,7 +36,7 @@ KEYS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "pflash_threshold": (int, config.DEFAULT_PFLASH_THRESHOLD),
     "pflash_keep_ratio": ((int, float), config.DEFAULT_KEEP_RATIO),
     "device": (str, "auto"),
-    "max_ctx": (int, None),            # None: config.DEFAULT_MAX_CTX (and "not given" for the cap note)
+    "max_ctx": (int, None),            # None: the training context, as much as fits (and "not given" for the cap note)
     "cache_type_k": (str, "f16"),
     "cache_type_v": (str, "f16"),
     "threads": (int, 0),
@@ -107,10 +107,34 @@ def _typed(path: Path, key: str, value, kind):
 
 
 def merge(args, file_cfg: dict) -> None:
-    """Fill every setting the command line left out (None) from the file, else the built-in default."""
+    """Fill every setting the command line left out (None) from the file, else the built-in default
+    (for the theme: the one /theme chose last, then the default)."""
     for key, (_, default) in KEYS.items():
         if getattr(args, key, None) is None:
+            if key == "theme" and "theme" not in file_cfg:
+                default = remembered_theme() or default
             setattr(args, key, file_cfg.get(key, default))
     for field in config.SAMPLING_KEYS:
         if getattr(args, field, None) is None and field in file_cfg:
             setattr(args, field, file_cfg[field])
+
+
+def _theme_file() -> Path:
+    return config.data_dir() / "theme"
+
+
+def remembered_theme() -> str | None:
+    """The theme /theme chose last (kept in the data directory, not in the user's config file)."""
+    try:
+        return _theme_file().read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+def remember_theme(name: str) -> bool:
+    try:
+        _theme_file().parent.mkdir(parents=True, exist_ok=True)
+        _theme_file().write_text(name + "\n", encoding="utf-8")
+        return True
+    except OSError:
+        return False

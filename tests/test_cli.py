@@ -301,3 +301,60 @@ def test_prompt_with_a_draft_model_gives_the_plain_greedy_answer(tmp_path):
     assert plain.returncode == spec.returncode == off.returncode == 0, spec.stderr
     assert spec.stdout == plain.stdout == off.stdout and plain.stdout.strip()
     assert "draft d.gguf (llama dialect, block 8" in spec.stderr
+
+
+# -- first-run defects (issue 15) ----------------------------------------------------------------
+def test_threads_are_checked_against_the_cpus_and_default_to_all_of_a_small_machine():
+    r = luce("--threads", "999", "-p", "hi", "--device", "cpu")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("luce-chat: error: --threads 999: this machine has ")
+    assert len(r.stderr.strip().splitlines()) == 2          # the error, then where to look: no usage block
+    # measured on 2 cores (docs/decisions.md): 2 threads beat 1 at prefill and decode
+    assert [config.default_threads(n) for n in (1, 2, 4, 8, 16)] == [1, 2, 4, 4, 8]
+
+
+def test_default_context_is_the_training_context_when_it_fits(tmp_path):
+    from tools.tiny_gguf import TinyConfig, write_tiny_gguf
+
+    path = write_tiny_gguf(tmp_path / "t8k.gguf", TinyConfig(n_ctx_train=8192))
+    r = luce("--plan", "--target", path, *COMMON)
+    assert r.returncode == 0, r.stderr
+    assert "(n_ctx 8192," in r.stdout and "fits: needs" in r.stdout and "free on CPU" in r.stdout
+    assert r.stdout.count("8192") == 1                      # said once, in the heading
+    # a device too small for the training context: the largest context that fits, and a note
+    r = luce("--plan", "--target", path, "--plan-memory", "8MiB", *COMMON)
+    assert r.returncode == 0, r.stderr
+    n_ctx = int(r.stdout.split("(n_ctx ")[1].split(",")[0])
+    assert 2048 < n_ctx < 8192 and n_ctx % 256 == 0 and "fits: needs" in r.stdout   # 2,048 take 5.3 MiB
+    assert "training context (8,192) does not fit" in r.stderr and "--max-ctx" in r.stderr
+    # the same formula for the load: the app gets the training context too
+    r = luce("-p", "Hello", "--target", path, "--max-tokens", "2", "-v", *COMMON)
+    assert r.returncode == 0, r.stderr
+    assert "n_ctx 8192" in r.stderr
+
+
+def test_a_plan_that_does_not_fit_uses_the_same_number_as_the_plan(tmp_path):
+    r = luce("--plan", "--max-ctx", "2048", "--plan-memory", "100MiB", *COMMON)
+    assert r.returncode == 2
+    total = [line.split()[-2:] for line in luce("--plan", "--max-ctx", "2048", *COMMON).stdout.splitlines()
+             if line.strip().startswith("total")][0]
+    assert f"does not fit: needs {' '.join(total)} of 100.0 MiB" in r.stderr
+
+
+@pytest.mark.parametrize("data, why", [(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary data"),
+                                       (b"caf\xe9 au lait", "not UTF-8 text (bad byte at offset 3)")])
+def test_prompt_from_stdin_must_be_text(data, why):
+    r = subprocess.run([sys.executable, "-m", "luce_tui", "-p", "-", *COMMON], input=data, capture_output=True,
+                       timeout=60)
+    err = r.stderr.decode()
+    assert r.returncode == 2 and r.stdout == b""
+    assert err.startswith("luce-chat: error: -p - reads the question from stdin") and why in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_number_flags_say_what_they_expect():
+    r = luce("--max-ctx", "abc", "-p", "hi")
+    assert r.returncode == 2 and "--max-ctx: expected a positive integer, got 'abc'" in r.stderr
+    assert "_positive" not in r.stderr
+    help_text = " ".join(luce("--help").stdout.split())
+    assert "0 is greedy (default: 0.7)" in help_text and "--top-k K (default: 40)" in help_text

@@ -192,3 +192,39 @@ def spans_after(spans: Spans, total: int, offset: int) -> Spans:
         pos = start
     out.reverse()
     return out
+
+
+def message_widgets(messages: list[tuple[int, dict]], highlight: bool) -> list:
+    """Widgets for finished conversation messages (index, message): a saved chat being opened, or
+    messages put back after a turn that failed; a compressed turn gets the notice it showed."""
+    from luce_tui.conversation import combined_summary
+
+    widgets = []
+    for i, m in messages:
+        if m["role"] == "user":
+            widgets.append(UserMessage(m, i))
+            infos = [a["compression"] for a in m.get("attachments") or () if a.get("compression")]
+            if infos:
+                widgets.append(Notice(combined_summary(infos) + f": scorer "
+                                      f"{sum(c.get('scorer_ms', 0) for c in infos) / 1e3:.2f} s"))
+        elif m["role"] == "assistant":
+            stats = m.get("stats") or {}
+            w = AssistantMessage(i, highlight=highlight, text=m["content"], spans=m.get("spans"),
+                                 footer=stored_footer(stats))
+            w.set_class(stats.get("finish_reason") == "cancelled", "cancelled")
+            widgets.append(w)
+    return widgets
+
+
+def stored_footer(stats: dict) -> str:
+    """The footer of a finished reply from its saved stats."""
+    if not stats:
+        return ""
+    n, ms = stats.get("generated_tokens"), stats.get("decode_ms")
+    parts = []
+    if n is not None:
+        parts.append(f"{n:,} tok" + (f" @ {n / ms * 1e3:.1f} tok/s" if ms else ""))
+    reason = stats.get("finish_reason")
+    if reason in ("cancelled", "length", "context"):
+        parts.append({"cancelled": "cancelled", "length": "stopped at --max-tokens", "context": "context full"}[reason])
+    return " · ".join(parts)
