@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Footer, Header
 
-from luce_tui import themes
+from luce_tui import config, themes
 from luce_tui.app_commands import CommandsMixin
 from luce_tui.attachments import Attachment, budget_error
 from luce_tui.conversation import Conversation

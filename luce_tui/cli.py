@@ -289,14 +289,9 @@ def print_plan(settings: config.EngineSettings) -> int:
     from luce_engine import DraftModel, Model
 
     # Sizes come from the files' metadata: no weights are read, so planning a 27B model is instant.
-        settings.draft = choice.path
-        draft = DraftModel(choice.path, model, n_ctx_draft=config.DRAFT_CTX)
-    n_verify_max = _n_verify_max(draft.block_size if draft else None, settings.draft_max)
-    n_ctx = _n_ctx(settings, model, n_verify_max, placed=True)
-    _check_fits(settings, model, n_ctx, n_verify_max)
-    engine = Engine(model, n_ctx=n_ctx, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
-                    n_verify_max=n_verify_max, **settings.engine_params())
-    runtime = Runtime(engine, draft=draft, compressor=_compressor(settings, model))
+    from luce_tui import memory
+
+    model = Model(settings.target, plan_only=True, **settings.model_params())
     budget = config.parse_bytes(settings.plan_memory) if settings.plan_memory else None
     # A draft is validated against the target exactly as a load would (same errors), sized, not read.
     draft = (DraftModel.plan(settings.draft, model, n_ctx_draft=config.DRAFT_CTX, capture_ring=config.CAPTURE_RING)
