@@ -346,7 +346,7 @@ LUCE_API luce_status luce_draft_logits(const luce_draft * draft, int32_t first, 
 
 // ---- PFlash scorer ------------------------------------------------------------------------
 // A small dense model (arch llama or qwen3) that ranks the tokens of a long prompt by the
-// attention its last n_tail tokens (the question) pay them (ALGORITHMS.md §4.2–4.3):
+// attention its last n_tail tokens (the question) pay them (docs/algorithms.md §4.2–4.3):
 //   score[j] = mean over tail rows t of ( max over layers and heads of softmax(Q_t·Kᵀ/√d)[j] ),
 // with a causal mask among the tail rows and GQA (query head h reads KV head h / (n_head/n_head_kv)).
 // The [n_tail, S] running maximum lives on the device; the [S, S] matrix never exists.
@@ -380,7 +380,7 @@ LUCE_API void        luce_scorer_free(luce_scorer * scorer);
 
 // Scores tokens[0..n_tokens-1] (attachment + question; the last n_tail tokens are the tail
 // queries, 1 <= n_tail <= min(n_tokens, 256)) into scores[n_tokens]. pre_rope: Q and K after the
-// q/k norms but before RoPE (removes RoPE's distance decay; ALGORITHMS.md §4.3). Progress is
+// q/k norms but before RoPE (removes RoPE's distance decay; docs/algorithms.md §4.3). Progress is
 // reported per micro-batch (return false to cancel); luce_scorer_cancel() stops at the next graph
 // boundary. The memory plan is checked first (LUCE_ERR_MEMORY if it does not fit).
 LUCE_API luce_status luce_scorer_score(luce_scorer * scorer, const int32_t * tokens, int32_t n_tokens, int32_t n_tail,

@@ -1,6 +1,6 @@
 // arch_dense.cpp — hyperparameters and weights of the dense decoder-only archs: llama and qwen3.
 // Both are pre-norm transformers with GQA attention and a SwiGLU FFN; qwen3 adds per-head q/k RMS
-// norms and uses NEOX rope, llama uses NORMAL (adjacent-pair) rope. Spec: GGUF-ARCHS.md §1.3–1.4.
+// norms and uses NEOX rope, llama uses NORMAL (adjacent-pair) rope. Spec: docs/gguf-formats.md §1.3–1.4.
 #include "model.h"
 #include "error.h"
 

@@ -1,4 +1,4 @@
-// arch_qwen35.cpp — hyperparameters and weights of the Qwen3.5/3.6 hybrid (GGUF-ARCHS.md §1.2):
+// arch_qwen35.cpp — hyperparameters and weights of the Qwen3.5/3.6 hybrid (docs/gguf-formats.md §1.2):
 // Gated DeltaNet layers (O(1) recurrent state) and gated full-attention layers (every
 // full_attention_interval-th layer, or as `attention.recurrent_layers` says). MTP layers appended
 // after the trunk are not loaded.

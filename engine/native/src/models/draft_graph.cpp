@@ -1,4 +1,4 @@
-// draft_graph.cpp — the DFlash draft context of design (A) (ALGORITHMS.md §1.4, GGUF-ARCHS.md §3.2):
+// draft_graph.cpp — the DFlash draft context of design (A) (docs/algorithms.md §1.4, docs/gguf-formats.md §3.2):
 //
 //   inject  (features F [Nf·E, n] of positions p):  g = rmsnorm(fc·F)·hidden_norm; per layer
 //           K = rope(rmsnorm(W_k g)·k_norm, p), V = W_v g  -> cache rows B + (p mod W)

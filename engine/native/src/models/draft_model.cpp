@@ -1,5 +1,5 @@
 // draft_model.cpp — loading and validating a DFlash draft GGUF of either dialect against its target
-// (GGUF-ARCHS.md §1.5; ALGORITHMS.md §1.1 table, §1.2 index conventions).
+// (docs/gguf-formats.md §1.5; docs/algorithms.md §1.1 table, §1.2 index conventions).
 //
 //   item              llama.cpp arch `dflash`              lucebox `dflash-draft` / `qwen35-dflash-draft`
 //   capture           dflash.target_layers (L, i = L - 1)   A.dflash.target_layer_ids (i = id), or only

@@ -1,4 +1,4 @@
-// draft_model.h — a DFlash draft model (GGUF-ARCHS.md §1.5, §3.2; ALGORITHMS.md §1.1–1.5) bound to
+// draft_model.h — a DFlash draft model (docs/gguf-formats.md §1.5, §3.2; docs/algorithms.md §1.1–1.5) bound to
 // its target: hyperparameters and weights of either GGUF dialect (llama.cpp arch `dflash`,
 // lucebox `dflash-draft` / `qwen35-dflash-draft`), validated against the target model, plus the
 // draft context of design (A): a per-layer KV ring of injected context K/V and the block forward.

@@ -1,4 +1,4 @@
-// graph_dense.cpp — the forward graph of llama and qwen3 (GGUF-ARCHS.md §2.0, §2.2, §2.3).
+// graph_dense.cpp — the forward graph of llama and qwen3 (docs/gguf-formats.md §2.0, §2.2, §2.3).
 // Op order mirrors llama.cpp's (q, v, k expanded before the cache writes) so that backends fuse
 // the same kernels and round the same way.
 #include "graph.h"

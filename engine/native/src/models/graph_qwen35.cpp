@@ -1,4 +1,4 @@
-// graph_qwen35.cpp — forward graph of the Qwen3.5/3.6 hybrid (GGUF-ARCHS.md §2.1): Gated DeltaNet
+// graph_qwen35.cpp — forward graph of the Qwen3.5/3.6 hybrid (docs/gguf-formats.md §2.1): Gated DeltaNet
 // layers update their conv window and recurrent state in place; gated attention layers use the
 // KV cache with partial IMROPE. Shapes are for one sequence (B = 1).
 #include "graph.h"

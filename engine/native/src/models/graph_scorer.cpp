@@ -1,4 +1,4 @@
-// graph_scorer.cpp — graphs of the PFlash scorer (ALGORITHMS.md §4.2, §4.3, §4.7) for the dense
+// graph_scorer.cpp — graphs of the PFlash scorer (docs/algorithms.md §4.2, §4.3, §4.7) for the dense
 // archs (llama, qwen3), on the blocks of graph_dense.cpp.
 //
 // Body micro-batch: the model's forward for a run of tokens, writing K/V into the scorer's cache.

@@ -21,7 +21,7 @@ struct HParams {
     int rope_type = 0;           // GGML_ROPE_TYPE_*
     bool qk_norm = false;        // per-head RMS norms on q and k (qwen3)
 
-    // qwen35 hybrid (GGUF-ARCHS.md §1.2): DeltaNet layers carry O(1) state instead of KV
+    // qwen35 hybrid (docs/gguf-formats.md §1.2): DeltaNet layers carry O(1) state instead of KV
     std::vector<bool> recurrent;  // per trunk layer; empty for dense archs
     int ssm_state = 0, ssm_groups = 0, ssm_heads = 0, ssm_conv = 0;   // S, Hk, Hv, Kc
     int rope_sections[4] = {0, 0, 0, 0};

@@ -1,6 +1,6 @@
 // kv_cache.h — K and V for every attention layer, [head_dim·n_head_kv, n_ctx] in f16/q8_0/q4_0,
 // plus the constant Walsh–Hadamard matrices used to rotate K/V when the cache is quantized
-// (what llama.cpp does by default, so quantized results stay comparable; ALGORITHMS.md §5).
+// (what llama.cpp does by default, so quantized results stay comparable; docs/algorithms.md §5).
 #pragma once
 
 #include "luce.h"
@@ -26,7 +26,7 @@ struct KvCache {
     // Rollback buffers for verification (DeltaNet layers): the conv input window of the batch
     // [Kc-1+n_verify_max, C], and either the state after each token [S, S, Hv, n_verify_max] (slot
     // s = s tokens before the last), or, when rolling back by replay (luce_engine_params.rollback,
-    // ALGORITHMS.md §1.6), the batch's decay and beta [Hv, n_verify_max] from which commit(k)
+    // docs/algorithms.md §1.6), the batch's decay and beta [Hv, n_verify_max] from which commit(k)
     // recomputes the state of k tokens: 1/S² of the snapshots' memory, a recurrence per commit.
     std::vector<ggml_tensor *> conv_hist, ssm_snap, replay_g, replay_beta;
     int n_verify_max = 0;

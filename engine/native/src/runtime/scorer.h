@@ -1,4 +1,4 @@
-// scorer.h — the PFlash scorer (ALGORITHMS.md §4.2, §4.3, §4.7): a dense model run over a long
+// scorer.h — the PFlash scorer (docs/algorithms.md §4.2, §4.3, §4.7): a dense model run over a long
 // prompt only to rank its tokens by the attention that the prompt's last n_tail tokens pay them.
 //
 // One call = a forward over the body (all tokens but the tail) in micro-batches that fills a KV
