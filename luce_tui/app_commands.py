@@ -7,7 +7,7 @@ from pathlib import Path
 
 from textual import work
 
-from luce_tui import attachments, commands, config, userconfig
+from luce_tui import attachments, commands, config, locations, userconfig
 from luce_tui.attachments import AttachmentError
 from luce_tui.widgets.messages import AssistantMessage, message_widgets
 
@@ -329,7 +329,7 @@ class CommandsMixin:
         if len(args) > 1:
             path = Path(args[1]).expanduser()
         else:   # not wherever the app happened to be started: next to the chats
-            path = config.data_dir() / "exports" / f"luce-chat-{sid}.{fmt}"
+            path = locations.data_dir() / "exports" / f"luce-chat-{sid}.{fmt}"
             path.parent.mkdir(parents=True, exist_ok=True)
         store = self.persist.store
         text = (store.export_markdown(sid) if fmt == "md"

@@ -120,7 +120,7 @@ def merge(args, file_cfg: dict) -> None:
 
 
 def _theme_file() -> Path:
-    return config.data_dir() / "theme"
+    return locations.data_dir() / "theme"
 
 
 def remembered_theme() -> str | None:

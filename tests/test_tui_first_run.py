@@ -327,7 +327,7 @@ async def test_chips_keep_the_argument_order_and_tell_same_names_apart(engine, t
 async def test_theme_is_remembered_and_export_goes_next_to_the_chats(engine, store, tmp_path, monkeypatch):
     import argparse
 
-    from luce_tui import config, userconfig
+    from luce_tui import config, locations, userconfig
 
     app = make_app(engine, store)
     async with app.run_test(size=SIZE) as pilot:
@@ -337,7 +337,7 @@ async def test_theme_is_remembered_and_export_goes_next_to_the_chats(engine, sto
         monkeypatch.chdir(tmp_path)
         await type_and_send(pilot, app, "/export md", wait=False)
         await pilot.pause()
-        path = config.data_dir() / "exports" / f"luce-chat-{app.persist.session_id}.md"
+        path = locations.data_dir() / "exports" / f"luce-chat-{app.persist.session_id}.md"
         assert notices(app)[-1] == f"exported to {path}" and path.is_file()
         assert "system=None" not in path.read_text()
         assert not list(tmp_path.glob("luce-chat-*"))
