@@ -92,6 +92,8 @@ def run(args) -> dict:
             "steps": steps, "tokens_plain": plain_tok, "tokens_spec": spec_tok,
             "replies_identical_to_plain": same, "per_category": per_cat,
         }
+        print(f"T={temp}: " + json.dumps({k: v for k, v in result["temperatures"][str(temp)].items()
+                                          if k != "per_category"}), flush=True)
     return result
 
 
