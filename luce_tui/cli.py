@@ -457,8 +457,8 @@ def run_once(runtime: Runtime, question: str, sampling, args) -> int:
     out.flush()
     if args.stats or args.verbose:
         print(f"[{result.summary()}]", file=sys.stderr)
-        if runtime.spec_note:
-            print(f"luce-chat: {runtime.spec_note}", file=sys.stderr)
+    if args.verbose and runtime.spec_note:   # --stats keeps its one line
+        print(f"luce-chat: {runtime.spec_note}", file=sys.stderr)
     if result.finish_reason == "context":
         print("luce-chat: the context is full; raise --max-ctx for longer answers", file=sys.stderr)
     return EXIT_INTERRUPTED if result.finish_reason == "cancelled" else 0
