@@ -25,7 +25,7 @@ SHIPPED_TARGET_NAME = "Smollm2 135M 8k Lc100K Mix1 Ep2"
 DEFAULT_ON = {"cpu": False, "cuda": False}
 OFF_REASON = {
     "cpu": "on the CPU the shipped draft measured slower than plain decoding",
-    "cuda": "on CUDA the shipped draft has not been measured faster than plain decoding yet",
+    "cuda": "on an H200 the shipped draft measured slower than plain decoding (0.60x at AL 2.25)",
 }
 
 

@@ -3,8 +3,9 @@ tools/dflash_train/): its file, its target check, and exactness with real accept
 prompts of its corpus (tools/dflash_train/corpus.py, never trained on).
 
 Greedy: 20 held-out prompts × 128 tokens, speculative equals plain greedy token for token; the only
-divergence accepted is a numerical near-tie (top two target logits within 1e-4 relative where the
-outputs part), reported, at most one per 2,000 tokens. Sampling: the first three tokens over 400
+divergence accepted is a numerical near-tie (top two target logits within NEAR_TIE relative where the
+outputs part: 1e-4 on the CPU; on a GPU the verify's batch shape runs other matmul kernels, and
+test_speculative's documented 1e-2 applies), reported, at most one per 2,000 tokens. Sampling: the first three tokens over 400
 seeds at T = 0.7, speculative vs plain (different seeds), pass a two-sample chi-square test."""
 from __future__ import annotations
 
@@ -109,6 +110,9 @@ def _prompts(encoder, n):
     return [encoder.encode(p.messages()) for p in picked]
 
 
+NEAR_TIE = 1e-4 if DEVICE == "cpu" else 1e-2
+
+
 def test_greedy_speculative_equals_plain_on_real_prompts(model, draft, encoder):
     near_ties, total, accepted, steps = [], 0, 0, 0
     for k, p in enumerate(_prompts(encoder, N_PROMPTS)):
@@ -130,7 +134,7 @@ def test_greedy_speculative_equals_plain_on_real_prompts(model, draft, encoder):
             ref.prefill(p + plain[:j])
             top2 = np.sort(ref.logits())[-2:]
             margin = (top2[1] - top2[0]) / abs(top2[1])
-            assert margin <= 1e-4, f"prompt {k}: diverged at token {j} with a clear margin {margin:.3g}"
+            assert margin <= NEAR_TIE, f"prompt {k}: diverged at token {j} with a clear margin {margin:.3g}"
             near_ties.append((k, j, float(margin)))
     assert len(near_ties) <= max(0, total // 2000), near_ties
     if near_ties:
