@@ -41,7 +41,10 @@ def to_json(session: Session, messages: list[Message]) -> dict[str, Any]:
 
 
 def _fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    # plain decimals a reader can take in (13,650.4 ms, not 1.365e+04); small settings as written (0.7)
+    if isinstance(v, float):
+        return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.4g}"
+    return str(v)
 
 
 def _compressions(stats: dict, n: int) -> list[str]:

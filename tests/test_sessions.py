@@ -437,7 +437,7 @@ def test_export_markdown_and_json(store):
     u = store.add_message(s.id, "user", "Summarise my notes", attachments=[att])
     store.add_message(s.id, "assistant", "Old answer")
     store.add_message(s.id, "assistant", "They are notes.", parent_id=u.id,
-                      stats={"n_tokens": 4, "tok_per_s": 123.456, "finish_reason": "eos"},
+                      stats={"n_tokens": 4, "tok_per_s": 123.456, "prefill_ms": 13650.4, "finish_reason": "eos"},
                       provenance=[(5, True), (10, False)])
 
     md = store.export_markdown(s.id)
@@ -446,6 +446,7 @@ def test_export_markdown_and_json(store):
     assert "They are notes." in md and "Old answer" not in md
     assert "`notes.txt` (10 bytes, 3 tokens, sha256 " + att.sha256[:12] in md
     assert "tok_per_s=123.5" in md and "finish_reason=eos" in md and "drafted=33%" in md
+    assert "prefill_ms=13,650.4" in md and "temperature=0.7" in md   # plain decimals, not 1.365e+04
     assert "model=SmolLM2-135M" in md
     assert "Old answer" in store.export_markdown(s.id, leaf=u.id + 1)
 
