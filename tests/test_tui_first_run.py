@@ -9,7 +9,7 @@ import pytest
 
 from luce_tui.commands import COMMANDS
 from luce_tui.widgets.messages import AssistantMessage, Notice, UserMessage
-from tui_support import (SIZE, _isolated_config, engine, make_app, run_async, screen_text, store,  # noqa: F401
+from tui_support import (SIZE, engine, make_app, run_async, screen_text, store,  # noqa: F401
                          tiny_model, type_and_send, wait_for, wait_idle)
 
 
