@@ -27,23 +27,12 @@ static constexpr int kInjectChunk = 512;
 
 static size_t draft_max_nodes(const DraftHParams & hp) { return size_t(64) * hp.n_layer + 256; }
 
-void DraftContext::Graph::clear() {
-    if (ctx) ggml_free(ctx);
-    ctx = nullptr;
-    gf = nullptr;
-    feats = tokens = pos = idx = mask = mask_swa = logits = argmax = nullptr;
-    key = -1;
-    block = 0;
-}
-
-DraftContext::DraftContext(DraftModel & d, int n_ctx_draft) : d_(d) {
+DraftContext::DraftContext(DraftModel & d, int n_ctx_draft)
+    : d_(d), runner_(d.dev, d.target->n_threads, draft_max_nodes(d.hp), kKinds, /*stop_on_cancel=*/false) {
     const DraftHParams & hp = d_.hp;
     B_ = hp.block_size;
     W_ = n_ctx_draft > 0 ? n_ctx_draft : 4096;
     chunk_ = std::min(kInjectChunk, W_);
-    const Model & t = *d_.target;
-
-    std::vector<ggml_backend_t> backends = init_backends(d_.dev, t.n_threads, backend_, cpu_backend_);
 
     // KV cache: rows [0, B) block scratch, [B, B + W) the ring. Zeroed: masked rows are still
     // multiplied (by a zero weight), so they must hold finite values.
@@ -71,26 +60,16 @@ DraftContext::DraftContext(DraftModel & d, int n_ctx_draft) : d_(d) {
     for (int i = 0; i < V; ++i) ramp[size_t(i)] = float(V - i);
     ggml_backend_tensor_set(ramp_, ramp.data(), 0, ramp.size() * sizeof(float));
 
-    const size_t max_nodes = draft_max_nodes(hp);
-    sched_inject_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), max_nodes, false, true);
-    sched_draft_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), max_nodes, false, true);
-    sched_inject_ring_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), max_nodes, false, true);
-    if (!sched_inject_ || !sched_draft_ || !sched_inject_ring_) throw Error(LUCE_ERR_DEVICE, "cannot create the draft graph schedulers");
     slot_pos_.assign(size_t(W_), -1);
     reserve();
 }
 
 DraftContext::~DraftContext() {
-    inject_.clear();
-    draft_.clear();
-    inject_ring_.clear();
-    if (sched_inject_ring_) ggml_backend_sched_free(sched_inject_ring_);
-    if (sched_inject_) ggml_backend_sched_free(sched_inject_);
-    if (sched_draft_) ggml_backend_sched_free(sched_draft_);
+    inject_.reset();
+    draft_.reset();
+    inject_ring_.reset();
     if (cache_buf_) ggml_backend_buffer_free(cache_buf_);
     if (cache_ctx_) ggml_free(cache_ctx_);
-    if (cpu_backend_) ggml_backend_free(cpu_backend_);
-    if (backend_) ggml_backend_free(backend_);
 }
 
 // Compute buffers for the largest graphs of each kind, measured.
@@ -98,20 +77,12 @@ void DraftContext::reserve() {
     Graph gi, gd;
     build_inject(gi, std::max(chunk_, B_));
     build_draft(gd, W_);
-    if (!ggml_backend_sched_reserve(sched_inject_, gi.gf) || !ggml_backend_sched_reserve(sched_draft_, gd.gf)) {
-        throw Error(LUCE_ERR_MEMORY, "cannot reserve compute buffers for the draft; lower n_ctx_draft");
-    }
+    runner_.reserve(gi.gf, kInject, "the draft's injection (lower n_ctx_draft)");
+    runner_.reserve(gd.gf, kDraft, "the draft block (lower n_ctx_draft)");
     update_compute_bytes();
 }
 
-void DraftContext::update_compute_bytes() {
-    compute_bytes_ = 0;
-    for (ggml_backend_sched_t s : {sched_inject_, sched_draft_, sched_inject_ring_}) {
-        for (int i = 0; i < ggml_backend_sched_get_n_backends(s); ++i) {
-            compute_bytes_ += ggml_backend_sched_get_buffer_size(s, ggml_backend_sched_get_backend(s, i));
-        }
-    }
-}
+void DraftContext::update_compute_bytes() { compute_bytes_ = runner_.compute_bytes(); }
 
 void DraftContext::reset() {
     std::fill(slot_pos_.begin(), slot_pos_.end(), -1);
@@ -162,12 +133,10 @@ static ggml_tensor * input(ggml_tensor * t, const char * name) {
 void DraftContext::build_inject(Graph & g, int n, const std::vector<ggml_tensor *> * rings) const {
     const DraftHParams & hp = d_.hp;
     const int64_t D = hp.head_dim, Hkv = hp.n_head_kv, NfE = d_.fc->ne[0];
-    g.key = n;
     g.ctx = new_graph_ctx(hp, &g.gf);
     ggml_context * ctx = g.ctx;
     ggml_tensor * feats = nullptr;
     if (rings) {
-        g.rings_key = rings->front();
         g.ring_rows = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), "draft_inp_ring_rows");
         for (ggml_tensor * r : *rings) {
             ggml_tensor * f = ggml_get_rows(ctx, r, g.ring_rows);   // [E, n]
@@ -193,8 +162,6 @@ void DraftContext::build_inject(Graph & g, int n, const std::vector<ggml_tensor 
 void DraftContext::build_draft(Graph & g, int n_kv_ctx) const {
     const DraftHParams & hp = d_.hp;
     const int64_t D = hp.head_dim, Hq = hp.n_head, Hkv = hp.n_head_kv, B = B_, n_kv = B_ + n_kv_ctx;
-    g.key = n_kv_ctx;
-    g.block = B_;
     g.ctx = new_graph_ctx(hp, &g.gf);
     ggml_context * ctx = g.ctx;
     g.tokens = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B), "draft_inp_tokens");
@@ -247,52 +214,32 @@ void DraftContext::build_draft(Graph & g, int n_kv_ctx) const {
 }
 
 DraftContext::Graph & DraftContext::inject_graph(int n) {
-    if (inject_.key == n) {
-        n_reuses_++;
-        return inject_;
-    }
-    inject_.clear();
-    build_inject(inject_, n);
-    ggml_backend_sched_reset(sched_inject_);
-    if (!ggml_backend_sched_alloc_graph(sched_inject_, inject_.gf)) {
-        inject_.clear();
-        throw Error(LUCE_ERR_MEMORY, "cannot allocate compute buffers for a draft injection of " + std::to_string(n) + " rows");
-    }
-    n_builds_++;
-    return inject_;
+    runner_.use(inject_, n, kInject, "a draft injection of " + std::to_string(n) + " rows", [&] {
+        auto g = std::make_unique<Graph>();
+        build_inject(*g, n);
+        return g;
+    });
+    return *inject_.graph;
 }
 
 DraftContext::Graph & DraftContext::draft_graph(int n_kv_ctx) {
-    if (draft_.key == n_kv_ctx) {
-        n_reuses_++;
-        return draft_;
-    }
-    draft_.clear();
-    build_draft(draft_, n_kv_ctx);
-    ggml_backend_sched_reset(sched_draft_);
-    if (!ggml_backend_sched_alloc_graph(sched_draft_, draft_.gf)) {
-        draft_.clear();
-        throw Error(LUCE_ERR_MEMORY, "cannot allocate compute buffers for the draft block");
-    }
-    n_builds_++;
-    return draft_;
+    runner_.use(draft_, n_kv_ctx, kDraft, "the draft block", [&] {
+        auto g = std::make_unique<Graph>();
+        build_draft(*g, n_kv_ctx);
+        return g;
+    });
+    return *draft_.graph;
 }
 
 DraftContext::Graph & DraftContext::inject_ring_graph(int n, const std::vector<ggml_tensor *> & rings) {
-    if (inject_ring_.key == n && inject_ring_.rings_key == rings.front()) {
-        n_reuses_++;
-        return inject_ring_;
-    }
-    inject_ring_.clear();
-    build_inject(inject_ring_, n, &rings);
-    ggml_backend_sched_reset(sched_inject_ring_);
-    if (!ggml_backend_sched_alloc_graph(sched_inject_ring_, inject_ring_.gf)) {
-        inject_ring_.clear();
-        throw Error(LUCE_ERR_MEMORY, "cannot allocate compute buffers for a draft injection of " + std::to_string(n) + " rows");
-    }
-    n_builds_++;
-    update_compute_bytes();
-    return inject_ring_;
+    const std::pair<int, const void *> key{n, rings.front()};
+    const bool built = runner_.use(inject_ring_, key, kInjectRing, "a draft injection of " + std::to_string(n) + " rows", [&] {
+        auto g = std::make_unique<Graph>();
+        build_inject(*g, n, &rings);
+        return g;
+    });
+    if (built) update_compute_bytes();   // its scheduler is not reserved up front
+    return *inject_ring_.graph;
 }
 
 // Shapes are bucketed so that graphs repeat: up to B rows (a speculative step) -> B, else a
@@ -301,14 +248,12 @@ int32_t DraftContext::inject_rows(int32_t nc) const {
     return nc <= B_ ? B_ : std::min(round_up(nc, 64), std::max(chunk_, B_));
 }
 
-void DraftContext::finish_inject(Graph & g, ggml_backend_sched_t sched, int32_t start, int32_t nc, int32_t rows) {
+void DraftContext::finish_inject(Graph & g, Kind kind, int32_t start, int32_t nc, int32_t rows) {
     set_positions(g.pos, start, nc);
     std::vector<int64_t> idx(size_t(rows), 0);
     for (int32_t i = 0; i < nc; ++i) idx[size_t(i)] = B_ + (start + i) % W_;
     ggml_backend_tensor_set(g.idx, idx.data(), 0, idx.size() * sizeof(int64_t));
-    if (ggml_backend_sched_graph_compute(sched, g.gf) != GGML_STATUS_SUCCESS) {
-        throw Error(LUCE_ERR_COMPUTE, "draft injection failed on " + std::string(ggml_backend_dev_name(d_.dev)));
-    }
+    runner_.compute(g.gf, kind, "draft injection");
     for (int32_t i = 0; i < nc; ++i) {
         const int32_t p = start + i, s = p % W_;
         slot_pos_[size_t(s)] = p;
@@ -335,7 +280,7 @@ void DraftContext::inject(const float * feats, int32_t n, int32_t start) {
             std::vector<float> zeros(size_t(rows - nc) * row, 0.0f);
             ggml_backend_tensor_set(g.feats, zeros.data(), size_t(nc) * row * sizeof(float), zeros.size() * sizeof(float));
         }
-        finish_inject(g, sched_inject_, start + done, nc, rows);
+        finish_inject(g, kInject, start + done, nc, rows);
         done += nc;
     }
 }
@@ -365,7 +310,7 @@ void DraftContext::inject_captured(const Engine & eng, int32_t start, int32_t n)
         std::vector<int32_t> ring_rows(size_t(rows), 0);
         for (int32_t i = 0; i < nc; ++i) ring_rows[size_t(i)] = (start + done + i) % ring;
         ggml_backend_tensor_set(g.ring_rows, ring_rows.data(), 0, ring_rows.size() * sizeof(int32_t));
-        finish_inject(g, sched_inject_ring_, start + done, nc, rows);
+        finish_inject(g, kInjectRing, start + done, nc, rows);
         done += nc;
     }
 }
@@ -410,9 +355,7 @@ void DraftContext::run(int32_t x0, int32_t pos0, int32_t * out) {
     if (g.mask) ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(float));
     if (g.mask_swa) ggml_backend_tensor_set(g.mask_swa, mask_swa_buf_.data(), 0, mask_swa_buf_.size() * sizeof(float));
 
-    if (ggml_backend_sched_graph_compute(sched_draft_, g.gf) != GGML_STATUS_SUCCESS) {
-        throw Error(LUCE_ERR_COMPUTE, "draft computation failed on " + std::string(ggml_backend_dev_name(d_.dev)));
-    }
+    runner_.compute(g.gf, kDraft, "draft computation");
     std::vector<int32_t> am(static_cast<size_t>(B_));
     ggml_backend_tensor_get(g.argmax, am.data(), 0, am.size() * sizeof(int32_t));
     for (int i = 1; i < B_; ++i) out[i - 1] = am[size_t(i)];
@@ -426,7 +369,7 @@ void DraftContext::copy_logits(int32_t first, int32_t n, float * out) const {
                                               " are not among the " + std::to_string(B_) + " of the block");
     }
     const size_t rb = size_t(d_.n_vocab()) * sizeof(float);
-    ggml_backend_tensor_get(draft_.logits, out, size_t(first) * rb, size_t(n) * rb);
+    ggml_backend_tensor_get(draft_.graph->logits, out, size_t(first) * rb, size_t(n) * rb);
 }
 
 } // namespace luce

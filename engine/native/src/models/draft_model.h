@@ -5,6 +5,7 @@
 #pragma once
 
 #include "graph.h"
+#include "graph_runner.h"
 #include "model.h"
 
 #include "ggml-backend.h"
@@ -12,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace luce {
@@ -88,7 +90,7 @@ DraftPlan plan_draft(const DraftModel & d, int n_ctx_draft, int capture_ring);
 
 // Design (A) draft context: per draft layer a KV cache of rows [0, B) = block scratch and rows
 // B + (p mod n_ctx_draft) = injected context position p. Inject and draft graphs are built once
-// per shape and replayed (each kind has its own scheduler so they do not evict each other).
+// per shape and replayed (each kind has a scheduler of its own so they do not evict each other).
 class DraftContext {
 public:
     DraftContext(DraftModel & d, int n_ctx_draft);   // throws
@@ -102,33 +104,30 @@ public:
     // Block [x0, M × (B-1)] at positions pos0..pos0+B-1; writes the greedy tokens of rows 1..B-1.
     void run(int32_t x0, int32_t pos0, int32_t * out_tokens);
     void copy_logits(int32_t first, int32_t n, float * out) const;
-    int32_t n_logits() const { return have_logits_ ? draft_.block : 0; }
+    int32_t n_logits() const { return have_logits_ ? B_ : 0; }
 
     int n_ctx_draft() const { return W_; }
     uint64_t kv_bytes() const { return kv_bytes_; }
     uint64_t compute_bytes() const { return compute_bytes_; }
-    int64_t n_graph_builds() const { return n_builds_; }
-    int64_t n_graph_reuses() const { return n_reuses_; }
+    int64_t n_graph_builds() const { return runner_.n_builds(); }
+    int64_t n_graph_reuses() const { return runner_.n_reuses(); }
 
 private:
     struct Graph {
-        int key = -1;                     // inject: n rows; draft: attended context rows
-        int block = 0;
         ggml_context * ctx = nullptr;
         ggml_cgraph * gf = nullptr;
         ggml_tensor *feats = nullptr, *tokens = nullptr, *pos = nullptr, *idx = nullptr;
         ggml_tensor *ring_rows = nullptr;      // inject from capture rings: ring row of each position
-        const void * rings_key = nullptr;      // ... and which rings the graph reads
         ggml_tensor *mask = nullptr, *mask_swa = nullptr, *logits = nullptr, *argmax = nullptr;
-        void clear();
-        ~Graph() { clear(); }
+        ~Graph() { if (ctx) ggml_free(ctx); }
     };
+    enum Kind { kInject, kDraft, kInjectRing, kKinds };   // the runner's schedulers
     void build_inject(Graph & g, int n, const std::vector<ggml_tensor *> * rings = nullptr) const;
     void build_draft(Graph & g, int n_kv_ctx) const;
     Graph & inject_graph(int n);
     Graph & inject_ring_graph(int n, const std::vector<ggml_tensor *> & rings);
     // Positions, block/ring rows, compute, slot bookkeeping of one injected chunk (features set).
-    void finish_inject(Graph & g, ggml_backend_sched_t sched, int32_t start, int32_t nc, int32_t rows);
+    void finish_inject(Graph & g, Kind kind, int32_t start, int32_t nc, int32_t rows);
     int32_t inject_rows(int32_t nc) const;
     void update_compute_bytes();
     Graph & draft_graph(int n_kv_ctx);
@@ -138,18 +137,18 @@ private:
 
     DraftModel & d_;
     int W_ = 0, B_ = 0, chunk_ = 0;
-    ggml_backend_t backend_ = nullptr, cpu_backend_ = nullptr;
-    ggml_backend_sched_t sched_inject_ = nullptr, sched_draft_ = nullptr, sched_inject_ring_ = nullptr;
+    GraphRunner runner_;
     ggml_context * cache_ctx_ = nullptr;
     ggml_backend_buffer_t cache_buf_ = nullptr;
     std::vector<ggml_tensor *> k_, v_;    // per layer F32 [D·Hkv, B + W]
     ggml_tensor * ramp_ = nullptr;        // [n_vocab] = n_vocab - i (tie-breaking of the argmax)
-    Graph inject_, draft_, inject_ring_;
+    GraphRunner::Cached<Graph, int> inject_;          // key: rows
+    GraphRunner::Cached<Graph, int> draft_;           // key: attended context rows
+    GraphRunner::Cached<Graph, std::pair<int, const void *>> inject_ring_;   // key: rows, the rings read
     std::vector<int32_t> slot_pos_;       // position held by ring slot s, -1 = none
     int hi_slot_ = 0;                     // slots [0, hi) have been written at least once
     bool have_logits_ = false;
     uint64_t kv_bytes_ = 0, compute_bytes_ = 0;
-    int64_t n_builds_ = 0, n_reuses_ = 0;
     std::vector<float> mask_buf_, mask_swa_buf_;
 };
 

@@ -94,18 +94,12 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
     plan_ = plan_memory(m_, params_);
     check_plan_fits(m_, params_, plan_);
 
-    std::vector<ggml_backend_t> backends = init_backends(m_.dev, m_.n_threads, backend_, cpu_backend_);
-
     // A cancel also stops a CPU graph between its nodes, so a long micro-batch ends promptly.
     // Not for hybrid models: an aborted graph may have updated some layers' recurrent state.
-    auto abort_cb = [](void * flag) { return static_cast<std::atomic<bool> *>(flag)->load(); };
-    if (!m_.hp.hybrid()) set_backend_abort(cpu_backend_ ? cpu_backend_ : backend_, abort_cb, &cancel_);
-
+    runner_ = std::make_unique<GraphRunner>(m_.dev, m_.n_threads, graph_max_nodes(m_), 1, /*stop_on_cancel=*/!m_.hp.hybrid());
     kv_.allocate(m_, params_.n_ctx, cache_ggml_type(params_.type_k), cache_ggml_type(params_.type_v), params_.kv_rotation,
                  params_.n_verify_max, rollback_by_replay(m_, params_));
-    sched_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), graph_max_nodes(m_), false, true);
-    if (!sched_) throw Error(LUCE_ERR_DEVICE, "cannot create the graph scheduler");
-    if (!device_is_cpu(m_.dev) && params_.small_batch_kernels) small_batch_ = make_small_batch_runner(backend_);
+    if (!runner_->on_cpu() && params_.small_batch_kernels) small_batch_ = make_small_batch_runner(runner_->backend());
     debug_piecewise_ = device_is_cpu(m_.dev) && params_.debug_piecewise;
     reserve_worst_case();
 }
@@ -113,22 +107,14 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
 Engine::~Engine() {
     graph_.reset();
     if (replay_alloc_) ggml_gallocr_free(replay_alloc_);
-    small_batch_.reset();   // its events and stream belong to backend_'s device: gone before it is
-    if (sched_) ggml_backend_sched_free(sched_);
-    if (cpu_backend_) ggml_backend_free(cpu_backend_);
-    if (backend_) ggml_backend_free(backend_);
+    small_batch_.reset();   // its events and stream belong to the runner's device: gone before it is
+    runner_.reset();
 }
 
 void Engine::reserve_worst_case() {
     auto g = build_graph(m_, kv_, {params_.n_batch, kv_.n_ctx, false});
-    if (!ggml_backend_sched_reserve(sched_, g->gf)) {
-        throw Error(LUCE_ERR_MEMORY, "cannot reserve compute buffers on " + m_.device_name +
-                                         "; lower --max-ctx or the prefill batch");
-    }
-    uint64_t compute = 0;
-    for (int i = 0; i < ggml_backend_sched_get_n_backends(sched_); ++i) {
-        compute += ggml_backend_sched_get_buffer_size(sched_, ggml_backend_sched_get_backend(sched_, i));
-    }
+    runner_->reserve(g->gf, 0, "a batch of " + std::to_string(params_.n_batch) + " tokens (lower --max-ctx or the prefill batch)");
+    uint64_t compute = runner_->compute_bytes();
     if (kv_.replay) {   // the replay graph's scratch, for the longest verify
         replay_alloc_ = ggml_gallocr_new(ggml_backend_dev_buffer_type(m_.dev));
         const ReplayGraph worst(m_, kv_, kv_.n_verify_max);
@@ -143,7 +129,7 @@ void Engine::reserve_worst_case() {
 }
 
 ggml_status Engine::compute_in_pieces(ggml_cgraph * gf) {
-    if (ggml_backend_sched_get_n_splits(sched_) != 1) return ggml_backend_sched_graph_compute(sched_, gf);
+    if (ggml_backend_sched_get_n_splits(runner_->sched()) != 1) return runner_->compute_status(gf);
     std::vector<std::pair<int, int>> ranges;   // every matmul alone, the nodes between them together
     const int n = ggml_graph_n_nodes(gf);
     for (int i = 0; i < n; ++i) {
@@ -157,14 +143,14 @@ ggml_status Engine::compute_in_pieces(ggml_cgraph * gf) {
     GraphPieces pieces;
     if (!pieces.build(gf, ranges)) return GGML_STATUS_ALLOC_FAILED;
     for (size_t i = 0; i < pieces.size(); ++i) {
-        const ggml_status st = ggml_backend_graph_compute(backend_, pieces.graph(i));
+        const ggml_status st = ggml_backend_graph_compute(runner_->backend(), pieces.graph(i));
         if (st != GGML_STATUS_SUCCESS) return st;
     }
     return GGML_STATUS_SUCCESS;
 }
 
 void Engine::check_cancel() {
-    throw_if_cancelled(cancel_);
+    runner_->throw_if_cancelled();
 }
 
 void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify) {
@@ -173,36 +159,49 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify)
         throw Error(LUCE_ERR_CONTEXT, "context full: " + std::to_string(n_past) + " + " + std::to_string(n) +
                                           " tokens exceed the capacity of " + std::to_string(kv_.n_ctx));
     }
-    GraphShape shape{n, std::min(kv_.n_ctx, round_up(n_past + n, kCtxPad)), logits_all && n > 1, verify && m_.hp.hybrid()};
+    const GraphShape shape{n, std::min(kv_.n_ctx, round_up(n_past + n, kCtxPad)), logits_all && n > 1, verify && m_.hp.hybrid()};
     // a verify graph leaves the recurrent state untouched, so a failure needs no replay
     const bool replay_on_failure = m_.hp.hybrid() && !replaying_ && !shape.verify;
     logits_.invalidate();   // the logits tensor is rewritten (or freed) below: unread rows are lost
     // Only verifications run on the small-batch kernels: that is where their speed compounds, while
     // a short prompt stays on ggml's kernels and fills the cache exactly as llama.cpp would.
-    const bool piecewise = verify && small_batch_ && small_batch_->wants(n);
-    if (!graph_ || !(graph_->shape == shape) || graph_wants_pieces_ != piecewise) {
-        graph_.reset();
-        graph_piecewise_ = false;
-        graph_ = build_graph(m_, kv_, shape);
-        ggml_backend_sched_reset(sched_);
-        graph_wants_pieces_ = piecewise;
-        if (piecewise) {
-            for (ggml_tensor * t : {graph_->tokens, graph_->pos, graph_->kv_idx, graph_->cap_idx, graph_->mask}) {
-                small_batch_->place_input(sched_, t);
-            }
-        }
-        if (!ggml_backend_sched_alloc_graph(sched_, graph_->gf)) {
-            graph_.reset();
-            throw Error(LUCE_ERR_MEMORY, "cannot allocate compute buffers for a batch of " + std::to_string(n) + " tokens");
-        }
-        graph_piecewise_ = piecewise && small_batch_->prepare(sched_, graph_->gf);
-        stats_.n_graph_builds++;
-    } else {
-        stats_.n_graph_reuses++;
-    }
+    ForwardGraph & g = select_graph(shape, verify && small_batch_ && small_batch_->wants(n));
+    set_inputs(g, toks, n);
 
-    ForwardGraph & g = *graph_;
-    // Positions: one per token, or M-RoPE's four blocks (t, h, w = position; e = 0) for text.
+    if (graph_piecewise_) stats_.n_small_batch_evals++;
+    const ggml_status status = graph_piecewise_  ? small_batch_->compute(g.gf)
+                             : debug_piecewise_ ? compute_in_pieces(g.gf)
+                                                : runner_->compute_status(g.gf);
+    if (status != GGML_STATUS_SUCCESS && replay_on_failure) replay_context();
+    // Cancelled: nothing is committed; cells written past the context stay hidden by the mask.
+    runner_->throw_on(status, "graph computation");
+
+    read_outputs(g, logits_all, verify, replay_on_failure);
+    tokens_.insert(tokens_.end(), toks, toks + n);
+}
+
+ForwardGraph & Engine::select_graph(const GraphShape & shape, bool piecewise) {
+    const bool built = runner_->use(graph_, GraphKey{shape, piecewise}, 0,
+                                    "a batch of " + std::to_string(shape.n_tokens) + " tokens",
+                                    [&] {
+                                        graph_piecewise_ = false;
+                                        return build_graph(m_, kv_, shape);
+                                    },
+                                    [&](ForwardGraph & g) {
+                                        if (!piecewise) return;
+                                        for (ggml_tensor * t : {g.tokens, g.pos, g.kv_idx, g.cap_idx, g.mask}) {
+                                            small_batch_->place_input(runner_->sched(), t);
+                                        }
+                                    });
+    if (built) graph_piecewise_ = piecewise && small_batch_->prepare(runner_->sched(), graph_.graph->gf);
+    (built ? stats_.n_graph_builds : stats_.n_graph_reuses)++;
+    return *graph_.graph;
+}
+
+// Tokens, positions (one per token, or M-RoPE's four blocks t, h, w = position, e = 0 for text),
+// cache and capture-ring rows, and the causal mask: token i sees cells 0..n_past+i.
+void Engine::set_inputs(ForwardGraph & g, const int32_t * toks, int32_t n) {
+    const int32_t n_past = this->n_past();
     const size_t n_pos_blocks = size_t(ggml_nelements(g.pos) / n);
     std::vector<int32_t> pos(static_cast<size_t>(n) * n_pos_blocks, 0);
     std::vector<int64_t> rows(static_cast<size_t>(n));
@@ -217,35 +216,13 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify)
         for (auto & r : rows) r %= kv_.capture.ring;
         ggml_backend_tensor_set(g.cap_idx, rows.data(), 0, rows.size() * sizeof(int64_t));
     }
-
-    // Causal mask over the attended cells: token i sees cells 0..n_past+i.
-    const int32_t n_kv = shape.n_kv;
-    const uint16_t zero = ggml_fp32_to_fp16(0.0f), neg_inf = ggml_fp32_to_fp16(-INFINITY);
-    mask_buf_.resize(size_t(n_kv) * size_t(n));
-    for (int32_t i = 0; i < n; ++i) {
-        uint16_t * row = mask_buf_.data() + size_t(i) * size_t(n_kv);
-        const int32_t visible = n_past + i + 1;
-        std::fill(row, row + visible, zero);
-        std::fill(row + visible, row + n_kv, neg_inf);
-    }
+    causal_mask(mask_buf_, g.shape.n_kv, n, n_past + 1);
     ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
+}
 
-    if (graph_piecewise_) stats_.n_small_batch_evals++;
-    const ggml_status status = graph_piecewise_  ? small_batch_->compute(g.gf)
-                             : debug_piecewise_ ? compute_in_pieces(g.gf)
-                                                : ggml_backend_sched_graph_compute(sched_, g.gf);
-    if (status != GGML_STATUS_SUCCESS && replay_on_failure) replay_context();
-    if (status == GGML_STATUS_ABORTED) {
-        // Nothing is committed: cells written past the context stay hidden by the mask.
-        cancel_.store(false);
-        throw Error(LUCE_ERR_CANCELLED, "cancelled");
-    }
-    if (status != GGML_STATUS_SUCCESS) {
-        throw Error(LUCE_ERR_COMPUTE, "graph computation failed on " + m_.device_name);
-    }
-
-    // Per row only the argmax and the sum come back (a sum is finite iff every logit is);
-    // whole rows are downloaded when read.
+// Per row only the argmax and the sum come back (a sum is finite iff every logit is); whole rows
+// are downloaded when read.
+void Engine::read_outputs(ForwardGraph & g, bool logits_all, bool verify, bool replay_on_failure) {
     const int32_t n_out = int32_t(g.logits->ne[1]);
     argmax_buf_.resize(size_t(n_out));
     sums_buf_.resize(size_t(n_out));
@@ -255,14 +232,13 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify)
         if (!std::isfinite(sums_buf_[size_t(i)])) {
             if (!logits_all || verify) logits_.clear();
             if (replay_on_failure) replay_context();   // undo the recurrent states' advance
-            throw Error(LUCE_ERR_COMPUTE, "the model produced non-finite logits (NaN/Inf) at position " + std::to_string(n_past + i) +
-                                              "; the weights or the KV cache type may be unsuitable");
+            throw Error(LUCE_ERR_COMPUTE, "the model produced non-finite logits (NaN/Inf) at position " +
+                                              std::to_string(n_past() + i) + "; the weights or the KV cache type may be unsuitable");
         }
     }
     // A prompt kept row by row spans several evaluations: its rows are downloaded as they come.
     const bool append = logits_all && !verify;
     logits_.add_device_rows(g.logits, argmax_buf_.data(), n_out, append, /*fetch_now=*/append);
-    tokens_.insert(tokens_.end(), toks, toks + n);
 }
 
 void Engine::prefill(const int32_t * toks, int32_t n, bool logits_all, luce_progress_cb cb, void * ud) {
@@ -490,7 +466,7 @@ void Engine::restore_recurrent_after(int32_t k) {
             if (v && v->view_src && !v->buffer) ggml_backend_view_init(v);
         }
     }
-    const ggml_status st = ggml_backend_graph_compute(backend_, gf);
+    const ggml_status st = ggml_backend_graph_compute(runner_->backend(), gf);
     ggml_free(ctx);
     if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, "restoring the recurrent state failed on " + m_.device_name);
 }
@@ -504,7 +480,7 @@ void Engine::replay_recurrent(int32_t k) {
     if (!ggml_gallocr_alloc_graph(replay_alloc_, rg.gf)) {
         throw Error(LUCE_ERR_MEMORY, "cannot allocate the rollback replay's scratch on " + m_.device_name);
     }
-    const ggml_status st = ggml_backend_graph_compute(backend_, rg.gf);
+    const ggml_status st = ggml_backend_graph_compute(runner_->backend(), rg.gf);
     if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, "replaying the recurrent state failed on " + m_.device_name);
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "graph.h"
+#include "graph_runner.h"
 #include "kv_cache.h"
 #include "logit_rows.h"
 #include "model.h"
@@ -56,16 +57,20 @@ public:
     const int32_t * tokens() const { return tokens_.data(); }
     const Model & model() const { return m_; }
 
-    void cancel() { cancel_.store(true); }
-    void clear_cancel() { cancel_.store(false); }
+    void cancel() { runner_->cancel(); }
+    void clear_cancel() { runner_->clear_cancel(); }
     void set_seed(uint64_t seed) { rng_.reseed(seed); }
     luce_stats stats() const;
     void reset_stats() { stats_ = {}; }
     luce_memory_plan memory_plan() const { return plan_; }
 
 private:
-    // One graph launch over tokens [0, n) appended at the current end of the context.
+    // One graph launch over tokens [0, n) appended at the current end of the context: the graph
+    // for its shape, its inputs, the computation, its outputs.
     void eval(const int32_t * tokens, int32_t n, bool logits_all, bool verify = false);
+    ForwardGraph & select_graph(const GraphShape & shape, bool piecewise);
+    void set_inputs(ForwardGraph & g, const int32_t * tokens, int32_t n);
+    void read_outputs(ForwardGraph & g, bool logits_all, bool verify, bool replay_on_failure);
     void check_no_pending() const;
     int32_t pending_ = 0;                      // provisional tokens of an uncommitted verify
     struct Checkpoint {
@@ -89,14 +94,17 @@ private:
     Model & m_;
     luce_engine_params params_;
     KvCache kv_;
-    ggml_backend_t backend_ = nullptr;       // the model's device
-    ggml_backend_t cpu_backend_ = nullptr;   // fallback for ops the device lacks (null when device is CPU)
-    ggml_backend_sched_t sched_ = nullptr;
+    std::unique_ptr<GraphRunner> runner_;    // the model's device (+ CPU fallback), one scheduler
     ggml_gallocr_t replay_alloc_ = nullptr;   // the replay graph's scratch (kv_.replay), reserved for n_verify_max
-    std::unique_ptr<ForwardGraph> graph_;    // last built graph, replayed while the shape repeats
+    // The last graph, replayed while its shape (and where it runs) repeats.
+    struct GraphKey {
+        GraphShape shape;
+        bool pieces = false;                 // built for small_batch_ (a verify it wants)
+        bool operator==(const GraphKey & o) const { return shape == o.shape && pieces == o.pieces; }
+    };
+    GraphRunner::Cached<ForwardGraph, GraphKey> graph_;
     std::unique_ptr<SmallBatchRunner> small_batch_;   // CUDA: few-token graphs with our matmul kernels
     bool graph_piecewise_ = false;           // graph_ runs on small_batch_ (else on the scheduler)
-    bool graph_wants_pieces_ = false;        // graph_ was built for small_batch_ (a verify it wants)
     // params.debug_piecewise on a CPU: every graph computes in pieces cut around its matmuls
     // (graph_pieces.h), which must give the scheduler's results bit for bit (tests/test_graph_pieces.py)
     bool debug_piecewise_ = false;
@@ -108,7 +116,6 @@ private:
     std::vector<int32_t> argmax_buf_;        // per-row argmax and sum of the last evaluation
     std::vector<float> sums_buf_;
     Rng rng_;
-    std::atomic<bool> cancel_{false};
     luce_stats stats_{};
     luce_memory_plan plan_{};
 };

@@ -154,68 +154,36 @@ void check_scorer_plan(const Model & m, const luce_memory_plan & plan, int n_tok
 
 // ---- scorer -----------------------------------------------------------------------------------
 
-Scorer::Scorer(Model & model, const luce_scorer_params & params) : m_(model), params_(normalized_scorer_params(params)) {
-    if (!m_.buffer) throw Error(LUCE_ERR_STATE, "this model was opened for planning only (no weights loaded)");
+static const Model & scorer_model(const Model & m) {
+    if (!m.buffer) throw Error(LUCE_ERR_STATE, "this model was opened for planning only (no weights loaded)");
+    return m;
+}
+
+Scorer::Scorer(Model & model, const luce_scorer_params & params)
+    : m_(model), params_(normalized_scorer_params(params)),
+      runner_(scorer_model(model).dev, model.n_threads, scorer_graph_nodes(model), 1, /*stop_on_cancel=*/true) {
     if (m_.hp.hybrid() || (m_.hp.arch != "llama" && m_.hp.arch != "qwen3")) {
         throw Error(LUCE_ERR_UNSUPPORTED, m_.name + " is a " + m_.hp.arch +
                                               " model; the PFlash scorer runs dense llama or qwen3 models (e.g. Qwen3-0.6B)");
     }
-    init_backends(m_.dev, m_.n_threads, backend_, cpu_backend_);
-    // A cancel also stops a CPU graph between its nodes (a scorer graph has no state to keep whole).
-    auto abort_cb = [](void * flag) { return static_cast<std::atomic<bool> *>(flag)->load(); };
-    set_backend_abort(cpu_backend_ ? cpu_backend_ : backend_, abort_cb, &cancel_);
 }
 
-Scorer::~Scorer() {
-    graph_.reset();
-    if (sched_) ggml_backend_sched_free(sched_);
-    if (cpu_backend_) ggml_backend_free(cpu_backend_);
-    if (backend_) ggml_backend_free(backend_);
-}
+Scorer::~Scorer() { body_.reset(); }
 
-void Scorer::check_cancel() {
-    throw_if_cancelled(cancel_);
-}
+void Scorer::check_cancel() { runner_.throw_if_cancelled(); }
 
-void Scorer::run(ScorerGraph & g) {
-    const ggml_status st = ggml_backend_sched_graph_compute(sched_, g.gf);
-    if (st == GGML_STATUS_ABORTED) {
-        cancel_.store(false);
-        throw Error(LUCE_ERR_CANCELLED, "cancelled");
-    }
-    if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, "scorer graph computation failed on " + m_.device_name);
-}
+void Scorer::run(ScorerGraph & g) { runner_.compute(g.gf, 0, "scorer graph computation"); }
 
-void Scorer::use_graph(std::unique_ptr<ScorerGraph> & slot, std::unique_ptr<ScorerGraph> fresh) {
-    slot = std::move(fresh);
-    ggml_backend_sched_reset(sched_);
-    if (!ggml_backend_sched_alloc_graph(sched_, slot->gf)) {
-        slot.reset();
-        throw Error(LUCE_ERR_MEMORY, "cannot allocate the scorer's compute buffers on " + m_.device_name);
-    }
-    stats_.n_graph_builds++;
-}
-
-void Scorer::measure_compute() {
-    uint64_t bytes = 0;
-    for (int i = 0; i < ggml_backend_sched_get_n_backends(sched_); ++i) {
-        bytes += ggml_backend_sched_get_buffer_size(sched_, ggml_backend_sched_get_backend(sched_, i));
-    }
-    stats_.compute_bytes = std::max<uint64_t>(stats_.compute_bytes, bytes);
-}
+void Scorer::measure_compute() { stats_.compute_bytes = std::max<uint64_t>(stats_.compute_bytes, runner_.compute_bytes()); }
 
 // toks: the batch's own tokens (positions q0..q1-1)
 void Scorer::eval_body(const ScorerCache & c, const int32_t * toks, int q0, int q1, int n_total) {
     const ScorerKeys keys = scorer_keys(params_, n_total, q0, q1);
     const ScorerShape shape{q1 - q0, keys.n_kv, keys.sparse};
-    if (!graph_ || !(graph_->shape == shape)) {
-        graph_.reset();
-        use_graph(graph_, build_scorer_body(m_, c, shape));
-        measure_compute();
-    } else {
-        stats_.n_graph_reuses++;
-    }
-    ScorerGraph & g = *graph_;
+    const bool built = runner_.use(body_, shape, 0, "the scorer's body batch", [&] { return build_scorer_body(m_, c, shape); });
+    (built ? stats_.n_graph_builds : stats_.n_graph_reuses)++;
+    if (built) measure_compute();
+    ScorerGraph & g = *body_.graph;
     const int n = q1 - q0;
     std::vector<int32_t> pos(static_cast<size_t>(n));
     std::vector<int64_t> rows(static_cast<size_t>(n));
@@ -227,25 +195,11 @@ void Scorer::eval_body(const ScorerCache & c, const int32_t * toks, int q0, int 
     if (g.sel) ggml_backend_tensor_set(g.sel, keys.rows.data(), 0, keys.rows.size() * sizeof(int32_t));
 
     // Row i (position q0 + i) sees key column j iff the cell that column holds is at or before it.
-    const uint16_t zero = ggml_fp32_to_fp16(0.0f), neg_inf = ggml_fp32_to_fp16(-INFINITY);
-    const int n_kv = keys.n_kv;
-    mask_buf_.assign(size_t(n_kv) * size_t(n), neg_inf);
-    for (int i = 0; i < n; ++i) {
-        uint16_t * row = mask_buf_.data() + size_t(i) * size_t(n_kv);
-        const int p = q0 + i;
-        int visible = 0;
-        if (keys.sparse) {
-            // columns: the sink cells, then cells lo.. in order; cell lo + k is visible iff lo + k <= p
-            const int sink = params_.sparse_sink, lo = q0 - params_.sparse_window;
-            visible = sink + (p - lo + 1);
-            std::fill(row, row + visible, zero);
-        } else {
-            std::fill(row, row + p + 1, zero);
-            visible = p + 1;
-        }
-        stats_.attended_keys += visible;
-        stats_.dense_keys += p + 1;
-    }
+    // Sparse columns: the sink cells, then cells lo.. in order; cell lo + k is visible iff lo + k <= q0 + i.
+    const int n_visible = keys.sparse ? params_.sparse_sink + params_.sparse_window + 1 : q0 + 1;
+    causal_mask(mask_buf_, keys.n_kv, n, n_visible);
+    stats_.attended_keys += int64_t(n) * n_visible + int64_t(n) * (n - 1) / 2;
+    stats_.dense_keys += int64_t(n) * (q0 + 1) + int64_t(n) * (n - 1) / 2;
     ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
     run(g);
     (keys.sparse ? stats_.n_sparse_batches : stats_.n_dense_batches)++;
@@ -253,12 +207,13 @@ void Scorer::eval_body(const ScorerCache & c, const int32_t * toks, int q0, int 
 
 void Scorer::eval_tail(const ScorerCache & c, const Question & q, int n_body, int n_tail, bool pre_rope,
                        std::vector<float> & out) {
-    graph_.reset();   // the body graph's allocation is about to be replaced
+    body_.reset();   // the body graph's allocation is about to be replaced
     const int nq = q.n, S = n_body + nq, n_kv = round_up(S, kPad), first = S - n_tail;
-    std::unique_ptr<ScorerGraph> tail;
-    use_graph(tail, build_scorer_tail(m_, c, nq, n_tail, S, n_kv, pre_rope));
+    GraphRunner::Cached<ScorerGraph, int> tail;   // one question's: built for it alone
+    runner_.use(tail, S, 0, "the scorer's tail", [&] { return build_scorer_tail(m_, c, nq, n_tail, S, n_kv, pre_rope); });
+    stats_.n_graph_builds++;
     measure_compute();
-    ScorerGraph & g = *tail;
+    ScorerGraph & g = *tail.graph;
 
     std::vector<int32_t> pos(static_cast<size_t>(S));
     std::iota(pos.begin(), pos.end(), 0);
@@ -271,12 +226,9 @@ void Scorer::eval_tail(const ScorerCache & c, const Question & q, int n_body, in
 
     // Question token i (position n_body + i) sees keys 0..n_body+i in its own attention (padded to
     // n_kv cells); tail row t (position first + t) sees keys 0..first+t in the scores (exactly S).
-    const uint16_t zero = ggml_fp32_to_fp16(0.0f), neg_inf = ggml_fp32_to_fp16(-INFINITY);
-    mask_buf_.assign(size_t(n_kv) * size_t(nq), neg_inf);
-    for (int i = 0; i < nq; ++i) std::fill_n(mask_buf_.data() + size_t(i) * n_kv, n_body + i + 1, zero);
+    causal_mask(mask_buf_, n_kv, nq, n_body + 1);
     ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
-    mask_buf_.assign(size_t(S) * size_t(n_tail), neg_inf);
-    for (int t = 0; t < n_tail; ++t) std::fill_n(mask_buf_.data() + size_t(t) * S, first + t + 1, zero);
+    causal_mask(mask_buf_, S, n_tail, first + 1);
     ggml_backend_tensor_set(g.score_mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
     mask_buf_.clear();
     mask_buf_.shrink_to_fit();
@@ -328,18 +280,13 @@ void Scorer::run_call(const int32_t * body, int n_body, const std::vector<Questi
     stats_.planned_kv_bytes = plan.kv_cache;
     stats_.planned_compute_bytes = plan.compute;
 
-    std::vector<ggml_backend_t> backends = {backend_};
-    if (cpu_backend_) backends.push_back(cpu_backend_);
-    sched_ = ggml_backend_sched_new(backends.data(), nullptr, int(backends.size()), scorer_graph_nodes(m_), false, true);
-    if (!sched_) throw Error(LUCE_ERR_DEVICE, "cannot create the scorer's graph scheduler");
     // Everything of this call goes when it returns, on success or failure: the graphs reference
     // the cache, and the cache and the compute buffers are the memory the target needs back.
     struct Release {
         Scorer & s;
         ~Release() {
-            s.graph_.reset();
-            ggml_backend_sched_free(s.sched_);
-            s.sched_ = nullptr;
+            s.body_.reset();
+            s.runner_.release(0);
             s.mask_buf_ = {};
         }
     } release{*this};

@@ -7,6 +7,7 @@
 // against every key, keeping the running maximum over layers and heads on the device.
 #pragma once
 
+#include "graph_runner.h"
 #include "luce.h"
 #include "model.h"
 
@@ -99,14 +100,13 @@ public:
     // One body, several questions after it in turn: out[q][n_body] scores the body for question q.
     void score_questions(const int32_t * body, int32_t n_body, const int32_t * questions, const int32_t * lens,
                          int32_t n_questions, int32_t n_tail, bool pre_rope, float * out, luce_progress_cb cb, void * ud);
-    void cancel() { cancel_.store(true); }
-    void clear_cancel() { cancel_.store(false); }
+    void cancel() { runner_.cancel(); }
+    void clear_cancel() { runner_.clear_cancel(); }
     luce_scorer_stats stats() const { return stats_; }
 
 private:
     void check_cancel();
     void run(ScorerGraph & g);                     // computes a graph already allocated
-    void use_graph(std::unique_ptr<ScorerGraph> & slot, std::unique_ptr<ScorerGraph> fresh);
     void eval_body(const ScorerCache & c, const int32_t * toks, int q0, int q1, int n_total);
     struct Question { const int32_t * tokens; int n; };
     // the body's forward once, then each question; sink(q, scores[S], S) receives question q's scores
@@ -119,12 +119,11 @@ private:
 
     Model & m_;
     luce_scorer_params params_;
-    ggml_backend_t backend_ = nullptr;
-    ggml_backend_t cpu_backend_ = nullptr;   // fallback for ops the device lacks (null on CPU)
-    ggml_backend_sched_t sched_ = nullptr;   // per call: its compute buffers go back when the call ends
-    std::unique_ptr<ScorerGraph> graph_;     // last body graph, replayed while the shape repeats
+    // Its scheduler lives for one call: the compute buffers go back when the call ends. A cancel
+    // also stops a CPU graph between its nodes (a scorer graph has no state to keep whole).
+    GraphRunner runner_;
+    GraphRunner::Cached<ScorerGraph, ScorerShape> body_;   // last body graph, replayed while the shape repeats
     std::vector<uint16_t> mask_buf_;
-    std::atomic<bool> cancel_{false};
     luce_scorer_stats stats_{};
 };
 

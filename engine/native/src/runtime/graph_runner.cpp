@@ -1,0 +1,93 @@
+// graph_runner.cpp — see graph_runner.h.
+#include "graph_runner.h"
+#include "device.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace luce {
+
+GraphRunner::GraphRunner(ggml_backend_dev_t dev, int n_threads, size_t max_nodes, int n_kinds, bool stop_on_cancel)
+    : max_nodes_(max_nodes), device_name_(ggml_backend_dev_name(dev)) {
+    backends_ = init_backends(dev, n_threads, backend_, cpu_backend_);
+    scheds_.assign(size_t(std::max(n_kinds, 1)), nullptr);
+    if (stop_on_cancel) {
+        auto abort_cb = [](void * flag) { return static_cast<std::atomic<bool> *>(flag)->load(); };
+        set_backend_abort(cpu_backend_ ? cpu_backend_ : backend_, abort_cb, &cancel_);
+    }
+}
+
+GraphRunner::~GraphRunner() {
+    for (ggml_backend_sched_t s : scheds_) if (s) ggml_backend_sched_free(s);
+    if (cpu_backend_) ggml_backend_free(cpu_backend_);
+    if (backend_) ggml_backend_free(backend_);
+}
+
+ggml_backend_sched_t GraphRunner::sched(int kind) {
+    ggml_backend_sched_t & s = scheds_.at(size_t(kind));
+    if (!s) {
+        s = ggml_backend_sched_new(backends_.data(), nullptr, int(backends_.size()), max_nodes_, false, true);
+        if (!s) throw Error(LUCE_ERR_DEVICE, "cannot create a graph scheduler on " + device_name_);
+    }
+    return s;
+}
+
+void GraphRunner::reserve(ggml_cgraph * gf, int kind, const std::string & what) {
+    if (!ggml_backend_sched_reserve(sched(kind), gf)) {
+        throw Error(LUCE_ERR_MEMORY, "cannot reserve compute buffers for " + what + " on " + device_name_);
+    }
+}
+
+void GraphRunner::allocate(ggml_cgraph * gf, int kind, const std::string & what) {
+    if (!ggml_backend_sched_alloc_graph(sched(kind), gf)) {
+        throw Error(LUCE_ERR_MEMORY, "cannot allocate compute buffers for " + what + " on " + device_name_);
+    }
+}
+
+ggml_status GraphRunner::compute_status(ggml_cgraph * gf, int kind) {
+    const ggml_status st = ggml_backend_sched_graph_compute(sched(kind), gf);
+    if (st == GGML_STATUS_ABORTED) cancel_.store(false);   // the request stopped this graph
+    return st;
+}
+
+void GraphRunner::throw_on(ggml_status st, const std::string & what) {
+    if (st == GGML_STATUS_ABORTED) {
+        cancel_.store(false);
+        throw Error(LUCE_ERR_CANCELLED, "cancelled");
+    }
+    if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, what + " failed on " + device_name_);
+}
+
+void GraphRunner::compute(ggml_cgraph * gf, int kind, const std::string & what) {
+    throw_on(compute_status(gf, kind), what);
+}
+
+void GraphRunner::release(int kind) {
+    ggml_backend_sched_t & s = scheds_.at(size_t(kind));
+    if (s) ggml_backend_sched_free(s);
+    s = nullptr;
+}
+
+uint64_t GraphRunner::compute_bytes() const {
+    uint64_t bytes = 0;
+    for (ggml_backend_sched_t s : scheds_) {
+        if (!s) continue;
+        for (int i = 0; i < ggml_backend_sched_get_n_backends(s); ++i) {
+            bytes += ggml_backend_sched_get_buffer_size(s, ggml_backend_sched_get_backend(s, i));
+        }
+    }
+    return bytes;
+}
+
+void causal_mask(std::vector<uint16_t> & buf, int n_kv, int n_rows, int n_visible) {
+    const uint16_t zero = ggml_fp32_to_fp16(0.0f), neg_inf = ggml_fp32_to_fp16(-INFINITY);
+    buf.resize(size_t(n_kv) * size_t(n_rows));
+    for (int i = 0; i < n_rows; ++i) {
+        uint16_t * row = buf.data() + size_t(i) * size_t(n_kv);
+        const int visible = std::clamp(n_visible + i, 0, n_kv);
+        std::fill(row, row + visible, zero);
+        std::fill(row + visible, row + n_kv, neg_inf);
+    }
+}
+
+} // namespace luce
