@@ -35,15 +35,18 @@ def smollm2_path() -> str:
         pytest.skip("SmolLM2 GGUF not installed on this GPU machine (it cannot be carried there)")
 
 
-def reference_llama(path: str, *, n_ctx: int = 512, cache_type: str = "f16", logits_all: bool = True):
-    """llama-cpp-python on the same file, flash attention on (our attention path), same threads."""
+def llama_plain_kernels(**kwargs):
+    """llama_cpp.Llama(**kwargs) on ggml's plain CPU kernels.
+
+    llama.cpp repacks weights for its CPU kernels ("extra buffer types": the K-quant repacking, and
+    AMX tiles on CPUs that have them), which sum in another order; ggml's plain kernels, which we
+    run, then differ by ~1e-3. Without repacking the two are bit-identical. It also keeps the
+    reference off llama.cpp's AMX matmul, which crashes on the tiny models' q8_0 shapes (seen on a
+    Xeon with AMX, llama-cpp-python 0.3.36). llama-cpp-python has no argument for it, so its model
+    defaults are wrapped while the model loads."""
     import llama_cpp
     import llama_cpp.llama as llama_module
 
-    # llama.cpp repacks K-quant weights for its CPU kernels ("extra buffer types"), which sum in
-    # another order; ggml's plain kernels, which we run, then differ by ~1e-3. Without repacking
-    # the two are bit-identical. llama-cpp-python has no argument for it, so its model defaults
-    # are wrapped while the reference loads.
     defaults = llama_module.llama_cpp.llama_model_default_params
 
     def without_repacking():
@@ -53,13 +56,18 @@ def reference_llama(path: str, *, n_ctx: int = 512, cache_type: str = "f16", log
 
     llama_module.llama_cpp.llama_model_default_params = without_repacking
     try:
-        return llama_cpp.Llama(
-            model_path=str(path), n_ctx=n_ctx, n_batch=512, n_ubatch=512, logits_all=logits_all, verbose=False,
-            flash_attn=True, n_threads=THREADS, n_threads_batch=THREADS, n_gpu_layers=-1 if ON_GPU else 0,
-            type_k=GGML_TYPE_IDS[cache_type], type_v=GGML_TYPE_IDS[cache_type], seed=0,
-        )
+        return llama_cpp.Llama(**kwargs)
     finally:
         llama_module.llama_cpp.llama_model_default_params = defaults
+
+
+def reference_llama(path: str, *, n_ctx: int = 512, cache_type: str = "f16", logits_all: bool = True):
+    """llama-cpp-python on the same file, flash attention on (our attention path), same threads."""
+    return llama_plain_kernels(
+        model_path=str(path), n_ctx=n_ctx, n_batch=512, n_ubatch=512, logits_all=logits_all, verbose=False,
+        flash_attn=True, n_threads=THREADS, n_threads_batch=THREADS, n_gpu_layers=-1 if ON_GPU else 0,
+        type_k=GGML_TYPE_IDS[cache_type], type_v=GGML_TYPE_IDS[cache_type], seed=0,
+    )
 
 
 def reference_logits(ref, tokens) -> np.ndarray:

@@ -9,6 +9,7 @@ import gguf
 import numpy as np
 import pytest
 
+from reference import llama_plain_kernels
 from tools.tiny_gguf import BAD_DETAILS, BAD_KINDS, TinyConfig, write_bad_gguf, write_tiny_gguf
 
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -119,7 +120,7 @@ def test_byte_tokenizer_vocab(tmp_path):
 # ---------------------------------------------------------------- llama.cpp
 
 def _run(path, prompt=b"Hello world, this is a test."):
-    m = llama_cpp.Llama(model_path=path, n_ctx=256, logits_all=True, verbose=False)
+    m = llama_plain_kernels(model_path=path, n_ctx=256, logits_all=True, verbose=False)
     toks = m.tokenize(prompt, add_bos=False)
     m.eval(toks)
     logits = np.array(m.scores[: m.n_tokens])

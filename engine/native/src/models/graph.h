@@ -38,9 +38,8 @@ struct ForwardGraph {
 };
 
 size_t graph_max_nodes(const Model & m);
+// The model's forward graph, by its architecture's row (arch.h).
 std::unique_ptr<ForwardGraph> build_graph(const Model & m, const KvCache & kv, GraphShape shape);
-std::unique_ptr<ForwardGraph> build_dense_graph(const Model & m, const KvCache & kv, GraphShape shape);
-std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const KvCache & kv, GraphShape shape);
 // Rollback by replay (kv.replay): adds to gf the recurrence of the pending verify's first k tokens
 // from each DeltaNet layer's state, written back in place, and the conv window that ends at token k.
 void add_qwen35_replay(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv, int k);
@@ -54,7 +53,7 @@ struct ReplayGraph {
     ReplayGraph & operator=(const ReplayGraph &) = delete;
 };
 
-// Shared blocks (graph_dense.cpp)
+// Shared blocks (graph_blocks.cpp)
 ggml_tensor * rms_norm_w(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps);
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * b = nullptr);
 ggml_tensor * swiglu_ffn(ggml_context * ctx, const LayerWeights & L, ggml_tensor * x);

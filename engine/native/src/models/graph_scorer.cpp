@@ -1,5 +1,5 @@
 // graph_scorer.cpp — graphs of the PFlash scorer (docs/algorithms.md §4.2, §4.3, §4.7) for the dense
-// archs (llama, qwen3), on the blocks of graph_dense.cpp.
+// archs (llama, qwen3), on the blocks of graph_blocks.cpp.
 //
 // Body micro-batch: the model's forward for a run of tokens, writing K/V into the scorer's cache.
 // Nothing after the last layer's K/V write is computed (no attention output, FFN or LM head

@@ -1,4 +1,5 @@
 #include "model.h"
+#include "arch.h"
 #include "device.h"
 #include "error.h"
 #include "weight_placement.h"
@@ -74,21 +75,24 @@ void TensorLoader::refuse_undeclared(const std::string & what, bool (*skipped)(c
 ggml_tensor * TensorLoader::require(const std::string & name, std::vector<int64_t> ne) { return create(name, ne, true); }
 ggml_tensor * TensorLoader::optional(const std::string & name, std::vector<int64_t> ne) { return create(name, ne, false); }
 
+void declare_embeddings(TensorLoader & tl, Model & m) {
+    HParams & hp = m.hp;
+    const int64_t E = hp.n_embd;
+    // The vocabulary size is whatever token_embd says.
+    const GgufFile & f = *m.file;
+    ggml_tensor * te = f.tensor_meta("token_embd.weight");
+    if (!te) f.fail(LUCE_ERR_MODEL, "missing tensor token_embd.weight");
+    hp.n_vocab = int(te->ne[1]);
+    m.tok_embd = tl.require("token_embd.weight", {E, hp.n_vocab});
+    m.output_norm = tl.require("output_norm.weight", {E});
+    m.output = tl.optional("output.weight", {E, hp.n_vocab});
+    if (!m.output) m.output = m.tok_embd;   // tied LM head
+}
+
 Model::~Model() {
     if (buffer) ggml_backend_buffer_free(buffer);
     if (ctx) ggml_free(ctx);
 }
-
-struct ArchEntry {
-    const char * name;
-    void (*load_hparams)(const GgufFile &, HParams &);
-};
-
-static const ArchEntry k_archs[] = {
-    {"llama", llama_load_hparams},
-    {"qwen3", qwen3_load_hparams},
-    {"qwen35", qwen35_load_hparams},
-};
 
 static std::string summarize_types(const std::vector<TensorLoader::Entry> & entries) {
     std::map<std::string, int> counts;
@@ -101,15 +105,6 @@ static std::string summarize_types(const std::vector<TensorLoader::Entry> & entr
     return s;
 }
 
-// Tensors of the blocks after the trunk (qwen35's MTP / nextn layers, which luce does not run).
-static bool mtp_layer_tensor(const std::string & name, int n_layer) {
-    if (name.rfind("blk.", 0) != 0) return false;
-    const size_t dot = name.find('.', 4);
-    if (dot == std::string::npos || dot == 4) return false;
-    for (size_t i = 4; i < dot; ++i) if (name[i] < '0' || name[i] > '9') return false;
-    return std::stoi(name.substr(4, dot - 4)) >= n_layer;
-}
-
 std::unique_ptr<Model> load_model(const std::string & path, const luce_model_params & params) {
     const std::string device = params.device ? params.device : "auto";
     const bool use_mmap = params.use_mmap, load_weights = !params.plan_only;
@@ -119,15 +114,10 @@ std::unique_ptr<Model> load_model(const std::string & path, const luce_model_par
     m->file = std::make_unique<GgufFile>(path);
     GgufFile & f = *m->file;
 
-    const ArchEntry * arch = nullptr;
-    for (auto & a : k_archs) if (f.arch() == a.name) arch = &a;
-    if (!arch) {
-        std::string known;
-        for (auto & a : k_archs) known += (known.empty() ? "" : ", ") + std::string(a.name);
-        f.fail(LUCE_ERR_UNSUPPORTED, "unsupported architecture '" + f.arch() + "' (supported: " + known + ")");
-    }
+    m->ops = find_arch(f.arch());
+    if (!m->ops) f.fail(LUCE_ERR_UNSUPPORTED, "unsupported architecture '" + f.arch() + "' (supported: " + supported_archs() + ")");
     m->hp.arch = f.arch();
-    arch->load_hparams(f, m->hp);
+    m->ops->load_hparams(f, m->hp);
     std::string base = path.substr(path.find_last_of('/') + 1);
     m->name = f.str_opt("general.name", base);
 
@@ -140,9 +130,8 @@ std::unique_ptr<Model> load_model(const std::string & path, const luce_model_par
     ggml_init_params ip = {ggml_tensor_overhead() * n_tensors_max, nullptr, /*no_alloc=*/true};
     m->ctx = ggml_init(ip);
     TensorLoader tl(f, m->ctx);
-    if (m->hp.hybrid()) qwen35_declare_tensors(tl, *m);
-    else dense_declare_tensors(tl, *m);
-    tl.refuse_undeclared(m->hp.arch, mtp_layer_tensor, m->hp.n_layer);
+    m->ops->declare_tensors(tl, *m);
+    tl.refuse_undeclared(m->hp.arch, m->ops->extra_tensor, m->hp.n_layer);
 
     count_weights(tl.entries(), m->weight_bytes, m->n_params);
     m->type_summary = summarize_types(tl.entries());

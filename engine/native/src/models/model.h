@@ -73,9 +73,12 @@ private:
     std::vector<Entry> entries_;
 };
 
+struct ArchOps;
+
 struct Model {
     std::string path, name, device_name;
     HParams hp;
+    const ArchOps * ops = nullptr;              // its row of the architecture table (arch.h)
     ggml_backend_dev_t dev = nullptr;
     int n_threads = 1;
 
@@ -110,13 +113,10 @@ template <class H> void assign_shape(H & hp, const TransformerShape & s) {
     hp.head_dim = s.head_dim;
 }
 
-// Per-architecture hooks (arch_llama.cpp, arch_qwen3.cpp).
-void llama_load_hparams(const GgufFile & f, HParams & hp);
-void qwen3_load_hparams(const GgufFile & f, HParams & hp);
+// Shape, RoPE (partial_rope: rope.dimension_count may be less than the head size) and norm keys of
+// a target model (hparams.cpp).
+void load_transformer_hparams(const GgufFile & f, HParams & hp, bool partial_rope = false);
 void declare_embeddings(TensorLoader & tl, Model & m);   // token_embd, output_norm, output (or tied)
-void dense_declare_tensors(TensorLoader & tl, Model & m);
-void qwen35_load_hparams(const GgufFile & f, HParams & hp);
-void qwen35_declare_tensors(TensorLoader & tl, Model & m);
 
 } // namespace luce
 

@@ -79,6 +79,19 @@ uint64_t GraphRunner::compute_bytes() const {
     return bytes;
 }
 
+// Argmax per row with ties going to the lowest id, as the host sampler and llama.cpp's greedy
+// sampler do. A GPU's parallel argmax may return any of the tied ids (random-weight files have
+// many exact ties), so the tied ids are ranked by the ramp n_vocab - i and the unique best of
+// that ranking is taken. One construction on every device, so the CPU tests cover it.
+ggml_tensor * greedy_argmax(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * ramp) {
+    ggml_tensor * best = ggml_argmax(ctx, logits);   // I32 [n]: one of the maxima
+    const int64_t V = logits->ne[0], n = logits->ne[1];
+    ggml_tensor * max_l = ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, V, n), ggml_reshape_2d(ctx, best, 1, n));   // [1, 1, n]
+    ggml_tensor * below = ggml_step(ctx, ggml_neg(ctx, ggml_sub(ctx, logits, ggml_reshape_2d(ctx, max_l, 1, n))));   // 0 iff tied
+    ggml_tensor * tied_rank = ggml_mul(ctx, ggml_scale_bias(ctx, below, -1.0f, 1.0f), ramp);   // n_vocab - i at ties, else 0
+    return ggml_argmax(ctx, tied_rank);
+}
+
 void causal_mask(std::vector<uint16_t> & buf, int n_kv, int n_rows, int n_visible) {
     const uint16_t zero = ggml_fp32_to_fp16(0.0f), neg_inf = ggml_fp32_to_fp16(-INFINITY);
     buf.resize(size_t(n_kv) * size_t(n_rows));

@@ -45,7 +45,7 @@ struct KvCache {
     } capture;
     ggml_tensor * rot_k = nullptr;   // [nrot, nrot] when K is quantized and rotation is on
     ggml_tensor * rot_v = nullptr;   // [64, 64] when V is quantized and rotation is on
-    ggml_tensor * vocab_ramp = nullptr;   // [n_vocab] = n_vocab - i: ranks tied logits (graph_dense.cpp)
+    ggml_tensor * vocab_ramp = nullptr;   // [n_vocab] = n_vocab - i: ranks tied logits (greedy_argmax, runtime.h)
     ggml_context * ctx = nullptr;
     ggml_backend_buffer_t buffer = nullptr;
 

@@ -27,7 +27,7 @@ inline void throw_if_cancelled(std::atomic<bool> & flag) {
 }
 
 // Argmax per row of logits [V, n] with ties going to the lowest id, as the host sampler and
-// llama.cpp's greedy sampler do; ramp is [V] = V - i (graph_dense.cpp).
+// llama.cpp's greedy sampler do; ramp is [V] = V - i (graph_runner.cpp).
 ggml_tensor * greedy_argmax(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * ramp);
 
 } // namespace luce

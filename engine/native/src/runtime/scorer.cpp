@@ -1,5 +1,6 @@
 // scorer.cpp — the PFlash scorer's memory plan and its scoring pass (see scorer.h).
 #include "scorer.h"
+#include "arch.h"
 #include "runtime.h"
 #include "device.h"
 #include "error.h"
@@ -162,7 +163,7 @@ static const Model & scorer_model(const Model & m) {
 Scorer::Scorer(Model & model, const luce_scorer_params & params)
     : m_(model), params_(normalized_scorer_params(params)),
       runner_(scorer_model(model).dev, model.n_threads, scorer_graph_nodes(model), 1, /*stop_on_cancel=*/true) {
-    if (m_.hp.hybrid() || (m_.hp.arch != "llama" && m_.hp.arch != "qwen3")) {
+    if (!m_.ops->scorer) {
         throw Error(LUCE_ERR_UNSUPPORTED, m_.name + " is a " + m_.hp.arch +
                                               " model; the PFlash scorer runs dense llama or qwen3 models (e.g. Qwen3-0.6B)");
     }

@@ -1,4 +1,5 @@
-// graph_dense.cpp — the forward graph of llama and qwen3 (docs/gguf-formats.md §2.0, §2.2, §2.3).
+// graph_blocks.cpp — the blocks every architecture's forward graph is made of (graph.h): norms,
+// projections, RoPE, cached attention, the SwiGLU FFN, graph inputs, hidden-state capture, logits.
 // Op order mirrors llama.cpp's (q, v, k expanded before the cache writes) so that backends fuse
 // the same kernels and round the same way.
 #include "graph.h"
@@ -109,19 +110,6 @@ void capture_hidden(ggml_context * ctx, ForwardGraph & g, const KvCache & kv, in
     }
 }
 
-// Argmax per row with ties going to the lowest id, as the host sampler and llama.cpp's greedy
-// sampler do. A GPU's parallel argmax may return any of the tied ids (random-weight files have
-// many exact ties), so the tied ids are ranked by the ramp n_vocab - i and the unique best of
-// that ranking is taken. One construction on every device, so the CPU tests cover it.
-ggml_tensor * greedy_argmax(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * ramp) {
-    ggml_tensor * best = ggml_argmax(ctx, logits);   // I32 [n]: one of the maxima
-    const int64_t V = logits->ne[0], n = logits->ne[1];
-    ggml_tensor * max_l = ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, V, n), ggml_reshape_2d(ctx, best, 1, n));   // [1, 1, n]
-    ggml_tensor * below = ggml_step(ctx, ggml_neg(ctx, ggml_sub(ctx, logits, ggml_reshape_2d(ctx, max_l, 1, n))));   // 0 iff tied
-    ggml_tensor * tied_rank = ggml_mul(ctx, ggml_scale_bias(ctx, below, -1.0f, 1.0f), ramp);   // n_vocab - i at ties, else 0
-    return ggml_argmax(ctx, tied_rank);
-}
-
 void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, const KvCache & kv, ggml_tensor * x) {
     const int64_t n = g.shape.n_tokens;
     if (!g.shape.logits_all && n > 1) x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], size_t(n - 1) * x->nb[1]);
@@ -136,39 +124,6 @@ void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, const 
     g.logit_sums = ggml_sum_rows(ctx, g.logits);
     ggml_set_output(g.logit_sums);
     ggml_build_forward_expand(g.gf, g.logit_sums);
-}
-
-std::unique_ptr<ForwardGraph> build_graph(const Model & m, const KvCache & kv, GraphShape shape) {
-    return m.hp.hybrid() ? build_qwen35_graph(m, kv, shape) : build_dense_graph(m, kv, shape);
-}
-
-std::unique_ptr<ForwardGraph> build_dense_graph(const Model & m, const KvCache & kv, GraphShape shape) {
-    const HParams & hp = m.hp;
-    auto g = new_forward_graph(m, shape, 1);
-    ggml_context * ctx = g->ctx;
-    ggml_cgraph * gf = g->gf;
-    const int64_t n = shape.n_tokens, D = hp.head_dim;
-
-    ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, g->tokens);
-    for (int il = 0; il < hp.n_layer; ++il) {
-        const LayerWeights & L = m.layers[size_t(il)];
-        capture_hidden(ctx, *g, kv, il, false, x);
-        ggml_tensor * h = rms_norm_w(ctx, x, L.attn_norm, hp.rms_eps);
-        ggml_tensor * q = ggml_reshape_3d(ctx, linear(ctx, L.wq, h, L.bq), D, hp.n_head, n);
-        ggml_tensor * k = ggml_reshape_3d(ctx, linear(ctx, L.wk, h, L.bk), D, hp.n_head_kv, n);
-        ggml_tensor * v = ggml_reshape_3d(ctx, linear(ctx, L.wv, h, L.bv), D, hp.n_head_kv, n);
-        if (hp.qk_norm) q = rms_norm_w(ctx, q, L.q_norm, hp.rms_eps);
-        q = rope(ctx, m, q, g->pos);
-        if (hp.qk_norm) k = rms_norm_w(ctx, k, L.k_norm, hp.rms_eps);
-        k = rope(ctx, m, k, g->pos);
-
-        ggml_tensor * a = cached_attention(ctx, gf, m, kv, *g, il, q, k, v);
-        x = ggml_add(ctx, linear(ctx, L.wo, a, L.bo), x);
-        x = ggml_add(ctx, swiglu_ffn(ctx, L, rms_norm_w(ctx, x, L.ffn_norm, hp.rms_eps)), x);
-        capture_hidden(ctx, *g, kv, il, true, x);
-    }
-    finish_logits(ctx, *g, m, kv, x);
-    return g;
 }
 
 } // namespace luce
