@@ -16,7 +16,7 @@ struct ArchOps {
     const char * name;                                           // general.architecture
     void (*load_hparams)(const GgufFile & f, HParams & hp);      // checks every key it reads
     void (*declare_tensors)(TensorLoader & tl, Model & m);       // every weight, checked by name, shape, type
-    std::unique_ptr<ForwardGraph> (*build_graph)(const Model & m, const KvCache & kv, GraphShape shape);
+    std::unique_ptr<ForwardGraph> (*build_graph)(const Model & m, const ContextState & kv, GraphShape shape);
     bool hybrid;                 // has recurrent (DeltaNet) layers: state rollback, no graph abort
     bool scorer;                 // usable as the PFlash scorer (dense attention in every layer)
     // File tensors it knows and leaves unused (qwen35's MTP layers); null: every tensor is declared.

@@ -16,7 +16,7 @@ std::string supported_archs() {
     return s;
 }
 
-std::unique_ptr<ForwardGraph> build_graph(const Model & m, const KvCache & kv, GraphShape shape) {
+std::unique_ptr<ForwardGraph> build_graph(const Model & m, const ContextState & kv, GraphShape shape) {
     return m.ops->build_graph(m, kv, shape);
 }
 

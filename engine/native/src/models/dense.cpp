@@ -57,7 +57,7 @@ static void dense_declare_tensors(TensorLoader & tl, Model & m) {
     }
 }
 
-static std::unique_ptr<ForwardGraph> build_dense_graph(const Model & m, const KvCache & kv, GraphShape shape) {
+static std::unique_ptr<ForwardGraph> build_dense_graph(const Model & m, const ContextState & kv, GraphShape shape) {
     const HParams & hp = m.hp;
     auto g = new_forward_graph(m, shape, 1);
     ggml_context * ctx = g->ctx;

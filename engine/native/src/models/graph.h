@@ -3,7 +3,7 @@
 // tensors (tokens, positions, cache rows, mask) change between launches.
 #pragma once
 
-#include "kv_cache.h"
+#include "context_state.h"
 #include "model.h"
 
 #include "ggml.h"
@@ -16,7 +16,7 @@ struct GraphShape {
     int n_tokens = 0;
     int n_kv = 0;           // cache cells attended: used length rounded up to 256
     bool logits_all = false;
-    bool verify = false;    // hybrid: leave the state; keep what rollback needs (kv_cache.h)
+    bool verify = false;    // hybrid: leave the state; keep what rollback needs (recurrent_state.h)
     bool operator==(const GraphShape & o) const {
         return n_tokens == o.n_tokens && n_kv == o.n_kv && logits_all == o.logits_all && verify == o.verify;
     }
@@ -39,15 +39,15 @@ struct ForwardGraph {
 
 size_t graph_max_nodes(const Model & m);
 // The model's forward graph, by its architecture's row (arch.h).
-std::unique_ptr<ForwardGraph> build_graph(const Model & m, const KvCache & kv, GraphShape shape);
-// Rollback by replay (kv.replay): adds to gf the recurrence of the pending verify's first k tokens
+std::unique_ptr<ForwardGraph> build_graph(const Model & m, const ContextState & kv, GraphShape shape);
+// Rollback by replay (kv.rec.replay): adds to gf the recurrence of the pending verify's first k tokens
 // from each DeltaNet layer's state, written back in place, and the conv window that ends at token k.
-void add_qwen35_replay(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv, int k);
+void add_qwen35_replay(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const ContextState & kv, int k);
 // That replay for k tokens in a context of its own.
 struct ReplayGraph {
     ggml_context * ctx = nullptr;
     ggml_cgraph * gf = nullptr;
-    ReplayGraph(const Model & m, const KvCache & kv, int k);   // throws
+    ReplayGraph(const Model & m, const ContextState & kv, int k);   // throws
     ~ReplayGraph();
     ReplayGraph(const ReplayGraph &) = delete;
     ReplayGraph & operator=(const ReplayGraph &) = delete;
@@ -60,14 +60,14 @@ ggml_tensor * swiglu_ffn(ggml_context * ctx, const LayerWeights & L, ggml_tensor
 // The model's RoPE (llama: adjacent pairs, qwen3: NEOX halves) of x [D, H, n] at positions pos [n].
 ggml_tensor * rope(ggml_context * ctx, const Model & m, ggml_tensor * x, ggml_tensor * pos);
 // Causal attention of the new tokens over the cache after writing their K/V. q [D, Hq, n]. Returns [D·Hq, n].
-ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv,
+ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const ContextState & kv,
                                const ForwardGraph & g, int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v);
 // Graph context, cgraph and the common inputs (positions: n_pos_per_token values per token).
 std::unique_ptr<ForwardGraph> new_forward_graph(const Model & m, GraphShape shape, int n_pos_per_token);
 // Copies x [E, n] into the capture ring of layer il when il is captured at this stage
 // (stage_output false: x is the layer's input; true: its output).
-void capture_hidden(ggml_context * ctx, ForwardGraph & g, const KvCache & kv, int il, bool stage_output, ggml_tensor * x);
+void capture_hidden(ggml_context * ctx, ForwardGraph & g, const ContextState & kv, int il, bool stage_output, ggml_tensor * x);
 // Final norm + LM head over the last row (or all rows), marked as the graph's output.
-void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, const KvCache & kv, ggml_tensor * x);
+void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, const ContextState & kv, ggml_tensor * x);
 
 } // namespace luce

@@ -43,17 +43,17 @@ ggml_tensor * rope(ggml_context * ctx, const Model & m, ggml_tensor * x, ggml_te
 }
 
 // Self-attention of the new tokens over the cache, writing their K/V first. Returns [D·Hq, n].
-ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv,
+ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const ContextState & kv,
                                const ForwardGraph & g, int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
     const HParams & hp = m.hp;
     const int64_t D = hp.head_dim, Hkv = hp.n_head_kv, n = g.shape.n_tokens, n_kv = g.shape.n_kv;
-    if (kv.rot_k) { q = rotate(ctx, q, kv.rot_k); k = rotate(ctx, k, kv.rot_k); }
-    if (kv.rot_v) v = rotate(ctx, v, kv.rot_v);
+    if (kv.attn.rot_k) { q = rotate(ctx, q, kv.attn.rot_k); k = rotate(ctx, k, kv.attn.rot_k); }
+    if (kv.attn.rot_v) v = rotate(ctx, v, kv.attn.rot_v);
     ggml_build_forward_expand(gf, q);
     ggml_build_forward_expand(gf, v);
     ggml_build_forward_expand(gf, k);
 
-    ggml_tensor * kc = kv.k[size_t(il)], * vc = kv.v[size_t(il)];
+    ggml_tensor * kc = kv.attn.k[size_t(il)], * vc = kv.attn.v[size_t(il)];
     ggml_build_forward_expand(gf, ggml_set_rows(ctx, kc, ggml_reshape_2d(ctx, k, D * Hkv, n), g.kv_idx));
     ggml_build_forward_expand(gf, ggml_set_rows(ctx, vc, ggml_reshape_2d(ctx, v, D * Hkv, n), g.kv_idx));
 
@@ -63,7 +63,7 @@ ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, const Model
                                           ggml_permute(ctx, vview, 0, 2, 1, 3), g.mask, 1.0f / std::sqrt(float(D)), 0.0f, 0.0f);
     ggml_prec_set_acc(o, GGML_PREC_F32);
     o = ggml_reshape_2d(ctx, o, o->ne[0] * o->ne[1], o->ne[2] * o->ne[3]);
-    if (kv.rot_v) o = rotate(ctx, o, kv.rot_v);
+    if (kv.attn.rot_v) o = rotate(ctx, o, kv.attn.rot_v);
     return o;
 }
 
@@ -96,7 +96,7 @@ std::unique_ptr<ForwardGraph> new_forward_graph(const Model & m, GraphShape shap
     return g;
 }
 
-void capture_hidden(ggml_context * ctx, ForwardGraph & g, const KvCache & kv, int il, bool stage_output, ggml_tensor * x) {
+void capture_hidden(ggml_context * ctx, ForwardGraph & g, const ContextState & kv, int il, bool stage_output, ggml_tensor * x) {
     const auto & cap = kv.capture;
     if (cap.layers.empty() || cap.output_convention != stage_output) return;
     for (size_t i = 0; i < cap.layers.size(); ++i) {
@@ -110,7 +110,7 @@ void capture_hidden(ggml_context * ctx, ForwardGraph & g, const KvCache & kv, in
     }
 }
 
-void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, const KvCache & kv, ggml_tensor * x) {
+void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, const ContextState & kv, ggml_tensor * x) {
     const int64_t n = g.shape.n_tokens;
     if (!g.shape.logits_all && n > 1) x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], size_t(n - 1) * x->nb[1]);
     x = rms_norm_w(ctx, x, m.output_norm, m.hp.rms_eps);

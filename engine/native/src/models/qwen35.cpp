@@ -130,13 +130,13 @@ static ggml_tensor * recur_in_place(ggml_context * ctx, ggml_cgraph * gf, ggml_t
 }
 
 // DeltaNet mixer (§2.1.2): returns [E, n] and writes the layer's new conv and recurrent state.
-static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv, int il,
+static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const ContextState & kv, int il,
                                ggml_tensor * h, int64_t n, bool verify) {
     const HParams & hp = m.hp;
     const LayerWeights & L = m.layers[size_t(il)];
     const int64_t S = hp.ssm_state, Hk = hp.ssm_groups, Hv = hp.ssm_heads, C = hp.conv_channels(), Kc = hp.ssm_conv;
-    ggml_tensor * conv_state = kv.conv[size_t(il)];   // [Kc-1, C]
-    ggml_tensor * ssm_state = kv.ssm[size_t(il)];     // [S, S, Hv, 1]
+    ggml_tensor * conv_state = kv.rec.conv[size_t(il)];   // [Kc-1, C]
+    ggml_tensor * ssm_state = kv.rec.ssm[size_t(il)];     // [S, S, Hv, 1]
 
     // input projections; fused ones are row views of one matmul (weight_fusion.h), not contiguous
     ggml_tensor * fused = L.ssm_in.w ? ggml_mul_mat(ctx, L.ssm_in.w, h) : nullptr;
@@ -155,7 +155,7 @@ static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model
     ggml_tensor * xin = ggml_concat(ctx, conv_state, ggml_transpose(ctx, qkv), 0);   // [Kc-1+n, C]
     if (verify) {
         // keep the whole window: commit(k) takes the Kc-1 inputs that end at token k
-        ggml_tensor * hist = kv.conv_hist[size_t(il)];
+        ggml_tensor * hist = kv.rec.conv_hist[size_t(il)];
         ggml_build_forward_expand(gf, ggml_cpy(ctx, xin, ggml_view_2d(ctx, hist, Kc - 1 + n, C, hist->nb[1], 0)));
     } else {
         ggml_tensor * last = ggml_view_2d(ctx, xin, Kc - 1, C, xin->nb[1], size_t(n) * ggml_element_size(xin));
@@ -166,11 +166,11 @@ static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model
     ggml_tensor * o;
     if (!verify) {
         o = recur_in_place(ctx, gf, ssm_state, in, g, beta);
-    } else if (kv.replay) {
+    } else if (kv.rec.replay) {
         // the state stays; commit(k) replays the recurrence from the kept window, decay and beta
         const size_t f = ggml_element_size(g);
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, g, ggml_view_2d(ctx, kv.replay_g[size_t(il)], Hv, n, Hv * f, 0)));
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, beta, ggml_view_2d(ctx, kv.replay_beta[size_t(il)], Hv, n, Hv * f, 0)));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, g, ggml_view_2d(ctx, kv.rec.replay_g[size_t(il)], Hv, n, Hv * f, 0)));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, beta, ggml_view_2d(ctx, kv.rec.replay_beta[size_t(il)], Hv, n, Hv * f, 0)));
         ggml_tensor * r = ggml_gated_delta_net(ctx, in.q, in.k, in.v, g, beta, ssm_state, 1);   // [S·Hv, n + S]
         o = ggml_view_4d(ctx, r, S, Hv, n, 1, S * f, S * Hv * f, S * Hv * n * f, 0);
     } else {
@@ -182,7 +182,7 @@ static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model
         // Destination as a [S·S·Hv, 1, n] view: the shape ggml-cuda recognises to have the kernel
         // write the states straight into the snapshots instead of copying them afterwards.
         const int64_t D = S * S * Hv;
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, states, ggml_view_3d(ctx, kv.ssm_snap[size_t(il)], D, 1, n, D * f, D * f, 0)));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, states, ggml_view_3d(ctx, kv.rec.ssm_snap[size_t(il)], D, 1, n, D * f, D * f, 0)));
     }
 
     ggml_tensor * on = rms_norm_w(ctx, o, L.ssm_norm, hp.rms_eps);   // gated norm: norm(o) · silu(z)
@@ -195,7 +195,7 @@ static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model
 }
 
 // Gated full attention (§2.1.1): Q and a sigmoid output gate come from one projection.
-static ggml_tensor * gated_attention(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv,
+static ggml_tensor * gated_attention(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const ContextState & kv,
                                      const ForwardGraph & g, int il, ggml_tensor * h, int64_t n) {
     const HParams & hp = m.hp;
     const LayerWeights & L = m.layers[size_t(il)];
@@ -217,7 +217,7 @@ static ggml_tensor * gated_attention(ggml_context * ctx, ggml_cgraph * gf, const
     return ggml_mul_mat(ctx, L.wo, ggml_mul(ctx, o, ggml_sigmoid(ctx, gate)));
 }
 
-static std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const KvCache & kv, GraphShape shape) {
+static std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const ContextState & kv, GraphShape shape) {
     const HParams & hp = m.hp;
     auto g = new_forward_graph(m, shape, 4);   // M-RoPE positions: (t, h, w, e) blocks
     ggml_context * ctx = g->ctx;
@@ -236,7 +236,7 @@ static std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const K
     return g;
 }
 
-ReplayGraph::ReplayGraph(const Model & m, const KvCache & kv, int k) {
+ReplayGraph::ReplayGraph(const Model & m, const ContextState & kv, int k) {
     const size_t n_nodes = size_t(32 * m.hp.n_layer + 16);   // about 21 tensors a DeltaNet layer
     ggml_init_params ip = {ggml_tensor_overhead() * n_nodes + ggml_graph_overhead_custom(n_nodes, false), nullptr, true};
     ctx = ggml_init(ip);
@@ -247,21 +247,21 @@ ReplayGraph::ReplayGraph(const Model & m, const KvCache & kv, int k) {
 
 ReplayGraph::~ReplayGraph() { ggml_free(ctx); }
 
-void add_qwen35_replay(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & kv, int k) {
+void add_qwen35_replay(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const ContextState & kv, int k) {
     const HParams & hp = m.hp;
     const int64_t C = hp.conv_channels(), W = hp.ssm_conv - 1, Hv = hp.ssm_heads;
     for (int il = 0; il < hp.n_layer; ++il) {
         if (!hp.is_recurrent(il)) continue;
         const LayerWeights & L = m.layers[size_t(il)];
-        ggml_tensor * hist = kv.conv_hist[size_t(il)];
+        ggml_tensor * hist = kv.rec.conv_hist[size_t(il)];
         const size_t f = ggml_element_size(hist);
         // the window of the first k tokens, contiguous as the forward pass had it
         ggml_tensor * xin = ggml_cont(ctx, ggml_view_2d(ctx, hist, W + k, C, hist->nb[1], 0));
         const DeltaInputs in = conv_qkv(ctx, hp, L, xin, k);
-        ggml_tensor * g = ggml_reshape_4d(ctx, ggml_view_2d(ctx, kv.replay_g[size_t(il)], Hv, k, Hv * f, 0), 1, Hv, k, 1);
-        ggml_tensor * beta = ggml_reshape_4d(ctx, ggml_view_2d(ctx, kv.replay_beta[size_t(il)], Hv, k, Hv * f, 0), 1, Hv, k, 1);
-        recur_in_place(ctx, gf, kv.ssm[size_t(il)], in, g, beta);
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_view_2d(ctx, hist, W, C, hist->nb[1], size_t(k) * f), kv.conv[size_t(il)]));
+        ggml_tensor * g = ggml_reshape_4d(ctx, ggml_view_2d(ctx, kv.rec.replay_g[size_t(il)], Hv, k, Hv * f, 0), 1, Hv, k, 1);
+        ggml_tensor * beta = ggml_reshape_4d(ctx, ggml_view_2d(ctx, kv.rec.replay_beta[size_t(il)], Hv, k, Hv * f, 0), 1, Hv, k, 1);
+        recur_in_place(ctx, gf, kv.rec.ssm[size_t(il)], in, g, beta);
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_view_2d(ctx, hist, W, C, hist->nb[1], size_t(k) * f), kv.rec.conv[size_t(il)]));
     }
 }
 

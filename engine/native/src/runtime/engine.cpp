@@ -31,7 +31,7 @@ static int64_t matmul_width(const HParams & hp) {
                      int64_t(hp.ssm_heads) * hp.ssm_state});
 }
 
-// Rollback by replay (kv_cache.h) for these parameters.
+// Rollback by replay (recurrent_state.h) for these parameters.
 static bool rollback_by_replay(const Model & m, const luce_engine_params & p) {
     return m.hp.hybrid() && p.n_verify_max > 0 && p.rollback == LUCE_ROLLBACK_REPLAY;
 }
@@ -52,9 +52,9 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     luce_memory_plan plan{};
     plan.n_ctx = p.n_ctx;
     plan.weights = m.weight_bytes;
-    plan.kv_cache = KvCache::attention_bytes(hp, p.n_ctx, tk, tv);
+    plan.kv_cache = AttentionKv::bytes(hp, p.n_ctx, tk, tv);
     const bool replay = rollback_by_replay(m, p);
-    plan.recurrent = hp.hybrid() ? KvCache::recurrent_bytes(hp, p.n_verify_max, replay) : 0;
+    plan.recurrent = hp.hybrid() ? RecurrentState::bytes(hp, p.n_verify_max, replay) : 0;
     // Scratch of the largest graph (one micro-batch attending the full cache): live activations,
     // the mask, and on GPUs the F16 copy of a quantized K/V that batched attention makes.
     const uint64_t nb = uint64_t(p.n_batch), E = uint64_t(hp.n_embd), F = uint64_t(hp.n_ff);
@@ -76,7 +76,7 @@ void check_plan_fits(const Model & m, const luce_engine_params & p, const luce_m
     // Weights are already resident (or file-backed page cache on CPU): the engine needs the rest.
     const uint64_t need = plan.kv_cache + plan.recurrent + plan.compute + (device_is_cpu(m.dev) ? plan.outputs : 0);
     if (plan.device_free == 0 || need <= plan.device_free) return;
-    const uint64_t per_token = KvCache::bytes_needed(m.hp, 1, cache_ggml_type(p.type_k), cache_ggml_type(p.type_v));
+    const uint64_t per_token = ContextState::bytes_needed(m.hp, 1, cache_ggml_type(p.type_k), cache_ggml_type(p.type_v));
     const uint64_t spare = plan.device_free > plan.compute ? plan.device_free - plan.compute : 0;
     const int64_t max_ctx = int64_t(spare / std::max<uint64_t>(per_token, 1)) / kCtxPad * kCtxPad;
     throw Error(LUCE_ERR_MEMORY,
@@ -115,9 +115,9 @@ void Engine::reserve_worst_case() {
     auto g = build_graph(m_, kv_, {params_.n_batch, kv_.n_ctx, false});
     runner_->reserve(g->gf, 0, "a batch of " + std::to_string(params_.n_batch) + " tokens (lower --max-ctx or the prefill batch)");
     uint64_t compute = runner_->compute_bytes();
-    if (kv_.replay) {   // the replay graph's scratch, for the longest verify
+    if (kv_.rec.replay) {   // the replay graph's scratch, for the longest verify
         replay_alloc_ = ggml_gallocr_new(ggml_backend_dev_buffer_type(m_.dev));
-        const ReplayGraph worst(m_, kv_, kv_.n_verify_max);
+        const ReplayGraph worst(m_, kv_, kv_.rec.n_verify_max);
         if (!replay_alloc_ || !ggml_gallocr_reserve(replay_alloc_, worst.gf)) {
             throw Error(LUCE_ERR_MEMORY, "cannot reserve the rollback replay's scratch on " + m_.device_name);
         }
@@ -352,15 +352,16 @@ void Engine::truncate(int32_t n) {
     if (m_.hp.hybrid()) {
         // Recurrent state cannot be rewound: resume from the nearest checkpoint at or before n
         // (or the start) and recompute the tokens after it.
-        while (!checkpoints_.empty() && checkpoints_.back().n_past > n) checkpoints_.pop_back();
+        checkpoints_.drop_after(n);
         std::vector<int32_t> keep(tokens_);
-        if (checkpoints_.empty()) {
+        const TurnCheckpoints::Checkpoint * last = checkpoints_.last();
+        if (!last) {
             replay_context();
             return;
         }
-        const Checkpoint & cp = checkpoints_.back();
+        const TurnCheckpoints::Checkpoint & cp = *last;
         tokens_.resize(size_t(cp.n_past));
-        load_state(cp.state);
+        kv_.rec.load(cp.state);
         if (cp.n_past == n) {
             if (!cp.logits.values.empty()) {
                 logits_.restore(LogitRows::Saved(cp.logits));
@@ -391,8 +392,8 @@ void Engine::check_no_pending() const {
 
 void Engine::verify(const int32_t * toks, int32_t n, bool keep_pre_logits) {
     check_no_pending();
-    if (n < 1 || n > kv_.n_verify_max) {
-        throw Error(LUCE_ERR_INVALID_ARG, "verify takes 1.." + std::to_string(kv_.n_verify_max) + " tokens, not " + std::to_string(n));
+    if (n < 1 || n > kv_.rec.n_verify_max) {
+        throw Error(LUCE_ERR_INVALID_ARG, "verify takes 1.." + std::to_string(kv_.rec.n_verify_max) + " tokens, not " + std::to_string(n));
     }
     for (int32_t i = 0; i < n; ++i) {
         if (toks[i] < 0 || toks[i] >= m_.hp.n_vocab) throw Error(LUCE_ERR_INVALID_ARG, "token id outside the vocabulary");
@@ -423,7 +424,7 @@ void Engine::commit(int32_t k) {
     const size_t n0 = tokens_.size() - size_t(pending_);
     const HParams & hp = m_.hp;
     if (hp.hybrid() && k > 0) {
-        if (kv_.replay) {
+        if (kv_.rec.replay) {
             replay_recurrent(k);
         } else {
             restore_recurrent_after(k);
@@ -450,13 +451,13 @@ void Engine::restore_recurrent_after(int32_t k) {
     ggml_cgraph * gf = ggml_new_graph(ctx);
     for (int il = 0; il < hp.n_layer; ++il) {
         if (!hp.is_recurrent(il)) continue;
-        ggml_tensor * state = kv_.ssm[size_t(il)];
-        ggml_tensor * snap = kv_.ssm_snap[size_t(il)];
+        ggml_tensor * state = kv_.rec.ssm[size_t(il)];
+        ggml_tensor * snap = kv_.rec.ssm_snap[size_t(il)];
         ggml_tensor * slot = ggml_view_1d(ctx, snap, ggml_nelements(state), size_t(pending_ - k) * ggml_nbytes(state));
         ggml_build_forward_expand(gf, ggml_cpy(ctx, slot, ggml_view_1d(ctx, state, ggml_nelements(state), 0)));
-        ggml_tensor * hist = kv_.conv_hist[size_t(il)];
+        ggml_tensor * hist = kv_.rec.conv_hist[size_t(il)];
         ggml_tensor * win = ggml_view_2d(ctx, hist, W, C, hist->nb[1], size_t(k) * ggml_element_size(hist));
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, win, kv_.conv[size_t(il)]));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, win, kv_.rec.conv[size_t(il)]));
     }
     // every tensor of this graph is a view of cache memory: bind them to its buffer
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
@@ -484,57 +485,12 @@ void Engine::replay_recurrent(int32_t k) {
     if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, "replaying the recurrent state failed on " + m_.device_name);
 }
 
-void Engine::save_state(std::vector<uint8_t> & out) const {
-    out.clear();
-    for (size_t il = 0; il < kv_.conv.size(); ++il) {
-        for (ggml_tensor * t : {kv_.conv[il], kv_.ssm[il]}) {
-            if (!t) continue;
-            const size_t at = out.size();
-            out.resize(at + ggml_nbytes(t));
-            ggml_backend_tensor_get(t, out.data() + at, 0, ggml_nbytes(t));
-        }
-    }
-}
-
-void Engine::load_state(const std::vector<uint8_t> & in) {
-    size_t at = 0;
-    for (size_t il = 0; il < kv_.conv.size(); ++il) {
-        for (ggml_tensor * t : {kv_.conv[il], kv_.ssm[il]}) {
-            if (!t) continue;
-            ggml_backend_tensor_set(t, in.data() + at, 0, ggml_nbytes(t));
-            at += ggml_nbytes(t);
-        }
-    }
-}
-
 void Engine::set_capture(const int32_t * layers, int32_t n, bool output_convention, int32_t ring) {
     check_no_pending();
-    auto & cap = kv_.capture;
-    cap.reset();
+    kv_.capture.reset();
     logits_.invalidate();
     graph_.reset();   // graphs change shape with the capture set
-    if (n <= 0) return;
-    if (ring <= 0) throw Error(LUCE_ERR_INVALID_ARG, "capture ring size must be positive");
-    for (int32_t i = 0; i < n; ++i) {
-        if (layers[i] < 0 || layers[i] >= m_.hp.n_layer) {
-            throw Error(LUCE_ERR_INVALID_ARG, "capture layer " + std::to_string(layers[i]) + " is outside 0.." +
-                                                  std::to_string(m_.hp.n_layer - 1));
-        }
-    }
-    ggml_init_params ip = {ggml_tensor_overhead() * size_t(n), nullptr, true};
-    cap.ctx = ggml_init(ip);
-    for (int32_t i = 0; i < n; ++i) {
-        cap.layers.push_back(layers[i]);
-        cap.rings.push_back(ggml_new_tensor_2d(cap.ctx, GGML_TYPE_F32, m_.hp.n_embd, ring));
-    }
-    cap.output_convention = output_convention;
-    cap.ring = ring;
-    cap.buffer = ggml_backend_alloc_ctx_tensors_from_buft(cap.ctx, ggml_backend_dev_buffer_type(m_.dev));
-    if (!cap.buffer) {
-        cap.reset();
-        throw Error(LUCE_ERR_MEMORY, "cannot allocate the hidden-state capture ring");
-    }
-    ggml_backend_buffer_clear(cap.buffer, 0);
+    kv_.capture.set(m_, layers, n, output_convention, ring);
 }
 
 void Engine::check_captured(int32_t pos, int32_t n) const {
@@ -547,33 +503,21 @@ void Engine::check_captured(int32_t pos, int32_t n) const {
     }
 }
 
-ggml_tensor * Engine::capture_ring(int layer) const {
-    const auto & cap = kv_.capture;
-    for (size_t i = 0; i < cap.layers.size(); ++i) {
-        if (cap.layers[i] == layer) return cap.rings[i];
-    }
-    return nullptr;
-}
+ggml_tensor * Engine::capture_ring(int layer) const { return kv_.capture.of_layer(layer); }
 
 void Engine::captured(int32_t pos, float * out) const {
-    const auto & cap = kv_.capture;
     check_captured(pos, 1);
-    const size_t row = size_t(m_.hp.n_embd) * sizeof(float);
-    for (size_t i = 0; i < cap.rings.size(); ++i) {
-        ggml_backend_tensor_get(cap.rings[i], out + i * size_t(m_.hp.n_embd), size_t(pos % cap.ring) * row, row);
-    }
+    kv_.capture.read(pos, m_.hp.n_embd, out);
 }
 
 void Engine::checkpoint() {
     check_no_pending();
     if (!m_.hp.hybrid()) return;
-    while (!checkpoints_.empty() && checkpoints_.back().n_past >= n_past()) checkpoints_.pop_back();
-    Checkpoint cp;
+    TurnCheckpoints::Checkpoint cp;
     cp.n_past = n_past();
-    save_state(cp.state);
+    kv_.rec.save(cp.state);
     cp.logits = logits_.save_last();
-    checkpoints_.push_back(std::move(cp));
-    if (checkpoints_.size() > 8) checkpoints_.erase(checkpoints_.begin());
+    checkpoints_.add(std::move(cp));
 }
 
 // Evaluates tokens on top of the current state in micro-batches (the last one leaves logits).
@@ -590,7 +534,7 @@ void Engine::replay_tokens(const int32_t * toks, size_t n) {
         replaying_ = false;
         tokens_.clear();   // the state cannot be trusted: start over with an empty context
         checkpoints_.clear();
-        kv_.clear_recurrent_state();
+        kv_.rec.clear();
         throw;
     }
     replaying_ = false;
@@ -599,7 +543,7 @@ void Engine::replay_tokens(const int32_t * toks, size_t n) {
 void Engine::replay_context() {
     std::vector<int32_t> context;
     context.swap(tokens_);
-    kv_.clear_recurrent_state();
+    kv_.rec.clear();
     logits_.clear();
     replay_tokens(context.data(), context.size());
 }

@@ -3,7 +3,7 @@
 
 #include "graph.h"
 #include "graph_runner.h"
-#include "kv_cache.h"
+#include "context_state.h"
 #include "logit_rows.h"
 #include "model.h"
 #include "sampler.h"
@@ -73,16 +73,9 @@ private:
     void read_outputs(ForwardGraph & g, bool logits_all, bool verify, bool replay_on_failure);
     void check_no_pending() const;
     int32_t pending_ = 0;                      // provisional tokens of an uncommitted verify
-    struct Checkpoint {
-        int32_t n_past;
-        std::vector<uint8_t> state;            // conv + recurrent state of every DeltaNet layer
-        LogitRows::Saved logits;               // last row at that point (argmax -1 if none)
-    };
-    std::vector<Checkpoint> checkpoints_;      // ascending n_past
+    TurnCheckpoints checkpoints_;
     void restore_recurrent_after(int32_t k);   // from the snapshots
-    void replay_recurrent(int32_t k);          // by replay (kv_.replay)
-    void save_state(std::vector<uint8_t> & out) const;
-    void load_state(const std::vector<uint8_t> & in);
+    void replay_recurrent(int32_t k);          // by replay (kv_.rec.replay)
     void replay_tokens(const int32_t * toks, size_t n);
     LogitRows::Saved pre_verify_logits_;       // restored by commit(0)
     void check_cancel();
@@ -93,9 +86,9 @@ private:
 
     Model & m_;
     luce_engine_params params_;
-    KvCache kv_;
+    ContextState kv_;                        // attention K/V, recurrent state, capture ring
     std::unique_ptr<GraphRunner> runner_;    // the model's device (+ CPU fallback), one scheduler
-    ggml_gallocr_t replay_alloc_ = nullptr;   // the replay graph's scratch (kv_.replay), reserved for n_verify_max
+    ggml_gallocr_t replay_alloc_ = nullptr;   // the replay graph's scratch (kv_.rec.replay), reserved for n_verify_max
     // The last graph, replayed while its shape (and where it runs) repeats.
     struct GraphKey {
         GraphShape shape;
