@@ -47,10 +47,7 @@ static void dense_declare_tensors(TensorLoader & tl, Model & m) {
             L.q_norm = tl.require(p + "attn_q_norm.weight", {D});
             L.k_norm = tl.require(p + "attn_k_norm.weight", {D});
         }
-        L.ffn_norm = tl.require(p + "ffn_norm.weight", {E});
-        L.ffn_gate = tl.require(p + "ffn_gate.weight", {E, F});
-        L.ffn_up = tl.require(p + "ffn_up.weight", {E, F});
-        L.ffn_down = tl.require(p + "ffn_down.weight", {F, E});
+        declare_swiglu_ffn(tl, L, p, "ffn_norm.weight", E, F);
         L.ffn_gate_b = tl.optional(p + "ffn_gate.bias", {F});
         L.ffn_up_b = tl.optional(p + "ffn_up.bias", {F});
         L.ffn_down_b = tl.optional(p + "ffn_down.bias", {E});

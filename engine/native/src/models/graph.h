@@ -22,19 +22,29 @@ struct GraphShape {
     }
 };
 
-struct ForwardGraph {
-    GraphShape shape;
+// A graph over a batch of tokens written to a KV cache, with the inputs every such graph has
+// (the target's forward graphs, the PFlash scorer's).
+struct TokenBatchGraph {
     ggml_context * ctx = nullptr;
     ggml_cgraph * gf = nullptr;
     ggml_tensor * tokens = nullptr;   // I32 [n_tokens]
-    ggml_tensor * pos = nullptr;      // I32 [n_tokens]
+    ggml_tensor * pos = nullptr;      // I32 [n_tokens · positions per token]
     ggml_tensor * kv_idx = nullptr;   // I64 [n_tokens]: cache rows written
     ggml_tensor * mask = nullptr;     // F16 [n_kv, n_tokens]: 0 = visible, -inf = hidden
+    // The graph's context (room for max_nodes nodes) and those inputs; throws LUCE_ERR_MEMORY.
+    void init(size_t max_nodes, int64_t n_tokens, int64_t n_pos_per_token, int64_t n_kv);
+    TokenBatchGraph() = default;
+    TokenBatchGraph(const TokenBatchGraph &) = delete;
+    TokenBatchGraph & operator=(const TokenBatchGraph &) = delete;
+    ~TokenBatchGraph();
+};
+
+struct ForwardGraph : TokenBatchGraph {
+    GraphShape shape;
     ggml_tensor * logits = nullptr;   // F32 [n_vocab, n_out]
     ggml_tensor * argmax = nullptr;   // I32 [n_out]: greedy token per row
     ggml_tensor * logit_sums = nullptr;   // F32 [1, n_out]: finite iff the row is
     ggml_tensor * cap_idx = nullptr;  // I64 [n_tokens]: capture ring rows (position mod ring), if capturing
-    ~ForwardGraph();
 };
 
 size_t graph_max_nodes(const Model & m);

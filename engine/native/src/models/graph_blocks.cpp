@@ -10,8 +10,24 @@
 
 namespace luce {
 
-ForwardGraph::~ForwardGraph() {
+TokenBatchGraph::~TokenBatchGraph() {
     if (ctx) ggml_free(ctx);
+}
+
+void TokenBatchGraph::init(size_t max_nodes, int64_t n, int64_t n_pos_per_token, int64_t n_kv) {
+    ggml_init_params ip = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false), nullptr, true};
+    ctx = ggml_init(ip);
+    if (!ctx) throw Error(LUCE_ERR_MEMORY, "cannot create a graph context");
+    gf = ggml_new_graph_custom(ctx, max_nodes, false);
+    tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
+    pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n * n_pos_per_token);
+    kv_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
+    mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, n);
+    for (ggml_tensor * t : {tokens, pos, kv_idx, mask}) ggml_set_input(t);
+    ggml_set_name(tokens, "inp_tokens");
+    ggml_set_name(pos, "inp_pos");
+    ggml_set_name(kv_idx, "inp_kv_idx");
+    ggml_set_name(mask, "inp_kq_mask");
 }
 
 size_t graph_max_nodes(const Model & m) { return size_t(64) * m.hp.n_layer + 256; }
@@ -79,20 +95,7 @@ ggml_tensor * swiglu_ffn(ggml_context * ctx, const LayerWeights & L, ggml_tensor
 std::unique_ptr<ForwardGraph> new_forward_graph(const Model & m, GraphShape shape, int n_pos_per_token) {
     auto g = std::make_unique<ForwardGraph>();
     g->shape = shape;
-    const size_t max_nodes = graph_max_nodes(m);
-    ggml_init_params ip = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false), nullptr, true};
-    g->ctx = ggml_init(ip);
-    g->gf = ggml_new_graph_custom(g->ctx, max_nodes, false);
-    const int64_t n = shape.n_tokens;
-    g->tokens = ggml_new_tensor_1d(g->ctx, GGML_TYPE_I32, n);
-    g->pos = ggml_new_tensor_1d(g->ctx, GGML_TYPE_I32, n * n_pos_per_token);
-    g->kv_idx = ggml_new_tensor_1d(g->ctx, GGML_TYPE_I64, n);
-    g->mask = ggml_new_tensor_2d(g->ctx, GGML_TYPE_F16, shape.n_kv, n);
-    for (ggml_tensor * t : {g->tokens, g->pos, g->kv_idx, g->mask}) ggml_set_input(t);
-    ggml_set_name(g->tokens, "inp_tokens");
-    ggml_set_name(g->pos, "inp_pos");
-    ggml_set_name(g->kv_idx, "inp_kv_idx");
-    ggml_set_name(g->mask, "inp_kq_mask");
+    g->init(graph_max_nodes(m), shape.n_tokens, n_pos_per_token, shape.n_kv);
     return g;
 }
 

@@ -25,26 +25,12 @@
 
 namespace luce {
 
-ScorerGraph::~ScorerGraph() {
-    if (ctx) ggml_free(ctx);
-}
-
 size_t scorer_graph_nodes(const Model & m) { return size_t(96) * m.hp.n_layer + 256; }
 
 static std::unique_ptr<ScorerGraph> new_scorer_graph(const Model & m, ScorerShape shape) {
     auto g = std::make_unique<ScorerGraph>();
     g->shape = shape;
-    const size_t max_nodes = scorer_graph_nodes(m);
-    ggml_init_params ip = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false), nullptr, true};
-    g->ctx = ggml_init(ip);
-    if (!g->ctx) throw Error(LUCE_ERR_MEMORY, "cannot create a scorer graph context");
-    g->gf = ggml_new_graph_custom(g->ctx, max_nodes, false);
-    const int64_t n = shape.n_tokens;
-    g->tokens = ggml_new_tensor_1d(g->ctx, GGML_TYPE_I32, n);
-    g->pos = ggml_new_tensor_1d(g->ctx, GGML_TYPE_I32, n);
-    g->kv_idx = ggml_new_tensor_1d(g->ctx, GGML_TYPE_I64, n);
-    g->mask = ggml_new_tensor_2d(g->ctx, GGML_TYPE_F16, shape.n_kv, n);
-    for (ggml_tensor * t : {g->tokens, g->pos, g->kv_idx, g->mask}) ggml_set_input(t);
+    g->init(scorer_graph_nodes(m), shape.n_tokens, 1, shape.n_kv);
     if (shape.sparse) {
         g->sel = ggml_new_tensor_1d(g->ctx, GGML_TYPE_I32, shape.n_kv);
         ggml_set_input(g->sel);

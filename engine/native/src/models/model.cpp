@@ -89,6 +89,13 @@ void declare_embeddings(TensorLoader & tl, Model & m) {
     if (!m.output) m.output = m.tok_embd;   // tied LM head
 }
 
+void declare_swiglu_ffn(TensorLoader & tl, LayerWeights & L, const std::string & p, const char * norm, int64_t E, int64_t F) {
+    L.ffn_norm = tl.require(p + norm, {E});
+    L.ffn_gate = tl.require(p + "ffn_gate.weight", {E, F});
+    L.ffn_up = tl.require(p + "ffn_up.weight", {E, F});
+    L.ffn_down = tl.require(p + "ffn_down.weight", {F, E});
+}
+
 Model::~Model() {
     if (buffer) ggml_backend_buffer_free(buffer);
     if (ctx) ggml_free(ctx);

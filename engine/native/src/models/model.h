@@ -117,6 +117,8 @@ template <class H> void assign_shape(H & hp, const TransformerShape & s) {
 // a target model (hparams.cpp).
 void load_transformer_hparams(const GgufFile & f, HParams & hp, bool partial_rope = false);
 void declare_embeddings(TensorLoader & tl, Model & m);   // token_embd, output_norm, output (or tied)
+// A layer's FFN input norm (named `norm`) and SwiGLU weights, blk prefix p ("blk.3.").
+void declare_swiglu_ffn(TensorLoader & tl, LayerWeights & L, const std::string & p, const char * norm, int64_t E, int64_t F);
 
 } // namespace luce
 

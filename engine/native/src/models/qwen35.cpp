@@ -63,10 +63,7 @@ static void qwen35_declare_tensors(TensorLoader & tl, Model & m) {
         auto & L = m.layers[size_t(il)];
         const std::string p = "blk." + std::to_string(il) + ".";
         L.attn_norm = tl.require(p + "attn_norm.weight", {E});
-        L.ffn_norm = tl.require(p + "post_attention_norm.weight", {E});
-        L.ffn_gate = tl.require(p + "ffn_gate.weight", {E, F});
-        L.ffn_up = tl.require(p + "ffn_up.weight", {E, F});
-        L.ffn_down = tl.require(p + "ffn_down.weight", {F, E});
+        declare_swiglu_ffn(tl, L, p, "post_attention_norm.weight", E, F);
         if (hp.is_recurrent(il)) {
             L.ssm_qkv = tl.require(p + "attn_qkv.weight", {E, C});
             L.ssm_gate = tl.require(p + "attn_gate.weight", {E, Di});

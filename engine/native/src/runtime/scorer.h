@@ -8,6 +8,7 @@
 #pragma once
 
 #include "graph_runner.h"
+#include "graph.h"
 #include "luce.h"
 #include "model.h"
 
@@ -47,24 +48,14 @@ struct ScorerShape {
     }
 };
 
-struct ScorerGraph {
+struct ScorerGraph : TokenBatchGraph {
     ScorerShape shape;
-    ggml_context * ctx = nullptr;
-    ggml_cgraph * gf = nullptr;
-    ggml_tensor * tokens = nullptr;     // I32 [n_tokens]
-    ggml_tensor * pos = nullptr;        // I32 [n_tokens]
-    ggml_tensor * kv_idx = nullptr;     // I64 [n_tokens]: cache rows written
-    ggml_tensor * mask = nullptr;       // F16 [n_kv, n_tokens]
     ggml_tensor * sel = nullptr;        // I32 [n_kv]: cache rows gathered (sparse only)
     // tail graph only
     int n_keys = 0;                     // S: keys scored
     ggml_tensor * key_pos = nullptr;    // I32 [S] = 0..S-1 (pre-RoPE: un-rotates the cached K)
     ggml_tensor * score_mask = nullptr; // F16 [S, n_tail]: causal among the tail rows
     ggml_tensor * tail_max = nullptr;   // F32 [S, n_tail]: max over layers and heads (output)
-    ScorerGraph() = default;
-    ScorerGraph(const ScorerGraph &) = delete;
-    ScorerGraph & operator=(const ScorerGraph &) = delete;
-    ~ScorerGraph();
 };
 
 size_t scorer_graph_nodes(const Model & m);
