@@ -87,7 +87,8 @@ def cuda_small_gemm(int device, int ggml_type, w, int nrows, int k, x):
 cdef dict _plan_dict(luce_memory_plan * p):
     return {"weights": p.weights, "kv_cache": p.kv_cache, "recurrent": p.recurrent, "compute": p.compute,
             "outputs": p.outputs,
-            "total": p.total, "device_free": p.device_free, "n_ctx": p.n_ctx}
+            "total": p.total, "device_free": p.device_free, "device_need": p.device_need,
+            "device_budget": p.device_budget, "n_ctx": p.n_ctx}
 
 
 cdef class CoreModel:

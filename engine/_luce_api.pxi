@@ -84,6 +84,8 @@ cdef extern from "luce.h" nogil:
         uint64_t outputs
         uint64_t total
         uint64_t device_free
+        uint64_t device_need
+        uint64_t device_budget
         int32_t n_ctx
     luce_status luce_engine_plan(const luce_model * model, luce_engine_params params, luce_memory_plan * plan)
     luce_status luce_engine_create(luce_model * model, luce_engine_params params, luce_engine ** out)

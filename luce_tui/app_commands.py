@@ -79,7 +79,7 @@ class CommandsMixin:
         # the same plan, rows and verdict as `luce-chat --plan` with these settings
         plan = m.plan(n_ctx=eng.n_ctx, cache_type_k=eng.cache_type_k, cache_type_v=eng.cache_type_v,
                       n_verify_max=getattr(eng, "n_verify_max", 16), rollback=eng.rollback, check=False)
-        need = memory.device_need(plan, m.device)
+        need = memory.device_need(plan)
         threads = f", {self.opts.threads} CPU thread{'s' if self.opts.threads != 1 else ''}" if self.opts.threads else ""
         await self.say("\n".join([
             f"model:   {m.name} ({m.arch}, {m.n_params / 1e6:.1f}M params, {config.human_bytes(m.weight_bytes)})",
@@ -91,7 +91,7 @@ class CommandsMixin:
             f"context: n_ctx {eng.n_ctx:,} (trained {m.n_ctx_train:,}), KV {eng.cache_type_k}/{eng.cache_type_v}",
             "memory plan:",
             config.format_plan(plan),
-            "  " + memory.verdict(need, memory.loaded_budget(plan, m.device, True), m.device),
+            "  " + memory.verdict(need, memory.budget(plan), m.device),
         ]))
 
     # -- settings ----------------------------------------------------------------------------------

@@ -179,7 +179,7 @@ def load(settings: config.EngineSettings, *, verbose: bool = False) -> Runtime:
         settings.draft = choice.path
         draft = DraftModel(choice.path, model, n_ctx_draft=config.DRAFT_CTX)
     n_verify_max = _n_verify_max(draft.block_size if draft else None, settings.draft_max)
-    n_ctx = _n_ctx(settings, model, n_verify_max, placed=True)
+    n_ctx = _n_ctx(settings, model, n_verify_max)
     _check_fits(settings, model, n_ctx, n_verify_max)
     engine = Engine(model, n_ctx=n_ctx, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
                     n_verify_max=n_verify_max, **settings.engine_params())
@@ -223,13 +223,12 @@ def _target_need(settings: config.EngineSettings, model, n_verify_max: int):
              verify: int = n_verify_max) -> int:
         plan = model.plan(n_ctx=n, cache_type_k=tk, cache_type_v=tv, n_verify_max=verify, check=False,
                           **settings.engine_params())
-        return memory.device_need(plan, model.device)
+        return memory.device_need(plan)
 
     return need
 
 
-def _n_ctx(settings: config.EngineSettings, model, n_verify_max: int, *, budget: int | None = None,
-           placed: bool = False) -> int:
+def _n_ctx(settings: config.EngineSettings, model, n_verify_max: int, *, budget: int | None = None) -> int:
     """--max-ctx (capped to the training context), else the training context when it fits the
     memory, else the largest context that does (memory.auto_ctx), with a note saying so."""
     from luce_tui import memory
@@ -245,7 +244,7 @@ def _n_ctx(settings: config.EngineSettings, model, n_verify_max: int, *, budget:
     if budget is None:
         plan = model.plan(n_ctx=n_ctx, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
                           n_verify_max=n_verify_max, check=False, **settings.engine_params())
-        budget = memory.loaded_budget(plan, model.device, placed)
+        budget = memory.budget(plan)
     chosen = memory.auto_ctx(lambda n: need(n), n_ctx, budget)
     if chosen < n_ctx:
         where = where or f"the {config.human_bytes(budget)} free on {model.device}"
@@ -263,8 +262,8 @@ def _check_fits(settings: config.EngineSettings, model, n_ctx: int, n_verify_max
     need = _target_need(settings, model, n_verify_max)
     plan = model.plan(n_ctx=n_ctx, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
                       n_verify_max=n_verify_max, check=False, **settings.engine_params())
-    budget = memory.loaded_budget(plan, model.device, True)
-    total = memory.device_need(plan, model.device)
+    budget = memory.budget(plan)
+    total = memory.device_need(plan)
     if budget and total > budget:
         hints = _plan_hints(settings, n_ctx, budget, 0, 0, 0, need)
         raise InsufficientMemoryError(f"{memory.verdict(total, budget, model.device)}; {hints}")
@@ -339,7 +338,7 @@ def print_plan(settings: config.EngineSettings) -> int:
     scorer_total = scorer["total"] if scorer else 0
 
     def need(p: dict) -> int:
-        return memory.device_need(p, model.device) + draft_total + scorer_total
+        return memory.device_need(p) + draft_total + scorer_total
 
     total_need = need(plan)
     if total_need > budget:

@@ -1,9 +1,11 @@
 """The memory plan in one wording for --plan, the load-time check and /model: what the device
 needs, the verdict against its free memory, and the largest context that fits.
 
-The engine plans every buffer (model.plan); the rows are shown as they come. What the device
-needs is the plan's total, less the host logits ("outputs") when the device is not the CPU (they
-live in system memory). The budget is the device's free memory (or --plan-memory).
+The engine plans every buffer (model.plan) and applies the one "does it fit" rule of
+engine/native/src/runtime/memory_plan.h: the plan's device_need (its total, less the host logits
+when the device is not the CPU) against its device_budget (the device's free memory, plus the
+weights when a loaded model has them on a GPU already). --plan keeps that need and takes
+--plan-memory, when given, as the budget.
 """
 
 from __future__ import annotations
@@ -13,13 +15,9 @@ from typing import Callable
 from luce_tui import config
 
 
-def on_cpu(device: str) -> bool:
-    return device.upper().startswith("CPU")
-
-
-def device_need(plan: dict, device: str) -> int:
-    """Bytes the plan takes on `device`."""
-    return plan["total"] - (0 if on_cpu(device) else plan.get("outputs", 0))
+def device_need(plan: dict) -> int:
+    """Bytes the plan takes on its device (the engine's rule)."""
+    return plan["device_need"]
 
 
 def verdict(need: int, budget: int, where: str | None = None) -> str:
@@ -30,12 +28,10 @@ def verdict(need: int, budget: int, where: str | None = None) -> str:
     return f"{head}: needs {config.human_bytes(need)} of {config.human_bytes(budget)}{tail}"
 
 
-def loaded_budget(plan: dict, device: str, weights_placed: bool) -> int:
-    """The budget of an engine on a model whose weights are already loaded: the free memory plus
-    those weights on a GPU (they are counted in the need); on the CPU mapped weights stay in the
-    page cache, which free memory already counts."""
-    free = plan.get("device_free") or 0
-    return free + (plan["weights"] if weights_placed and not on_cpu(device) else 0)
+def budget(plan: dict) -> int:
+    """What the device can give the plan (the engine's rule): its free memory, plus the weights a
+    loaded model already holds on a GPU (they are counted in the need); 0 when unknown."""
+    return plan.get("device_budget") or 0
 
 
 def largest_fitting_ctx(need: Callable[[int], int], n_ctx: int, budget: int, step: int = 256) -> int:

@@ -165,7 +165,7 @@ class Repl:
         # the same plan and verdict as `luce-chat --plan` and the app's /model
         plan = m.plan(n_ctx=eng.n_ctx, cache_type_k=eng.cache_type_k, cache_type_v=eng.cache_type_v,
                       n_verify_max=getattr(eng, "n_verify_max", 16), rollback=eng.rollback, check=False)
-        verdict = memory.verdict(memory.device_need(plan, m.device), memory.loaded_budget(plan, m.device, True),
+        verdict = memory.verdict(memory.device_need(plan), memory.budget(plan),
                                  m.device)
         self.info("\n".join([
             f"model:   {m.name} ({m.arch}, {m.n_params / 1e6:.1f}M params, {config.human_bytes(m.weight_bytes)})",

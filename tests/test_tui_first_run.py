@@ -268,7 +268,7 @@ async def test_model_shows_threads_and_the_plan_with_a_verdict(engine, tiny_mode
         assert "device:  CPU, 2 CPU threads" in text
         plan = tiny_model.plan(n_ctx=engine.n_ctx, n_verify_max=engine.n_verify_max, check=False)
         assert config.format_plan(plan) in text
-        assert f"fits: needs {config.human_bytes(memory.device_need(plan, 'CPU'))} of " in text
+        assert f"fits: needs {config.human_bytes(memory.device_need(plan))} of " in text
         assert text.count("n_ctx") == 1
 
 

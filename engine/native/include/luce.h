@@ -148,6 +148,10 @@ typedef struct luce_memory_plan {
     uint64_t outputs;        // host logits buffers
     uint64_t total;
     uint64_t device_free;    // what the device reported as free
+    // The one "does it fit" rule (luce_engine_plan, engine creation, the scorer, luce-chat --plan):
+    // device_need <= device_budget, or device_free unknown (0).
+    uint64_t device_need;    // what the device holds: total, less the host-side outputs off the CPU
+    uint64_t device_budget;  // device_free, plus the weights when they are already on a GPU (part of the need)
     int32_t  n_ctx;          // capacity after rounding
 } luce_memory_plan;
 

@@ -2,6 +2,7 @@
 #include "device.h"
 #include "error.h"
 #include "graph_pieces.h"
+#include "memory_plan.h"
 #include "runtime.h"
 
 #include <algorithm>
@@ -65,24 +66,21 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     if (replay) compute += replay_scratch_bound(hp, p.n_verify_max);
     plan.compute = compute;
     plan.outputs = uint64_t(hp.n_vocab) * 4 * nb;
-    plan.total = plan.weights + plan.kv_cache + plan.recurrent + plan.compute + plan.outputs;
-    size_t free_b = 0, total_b = 0;
-    ggml_backend_dev_memory(m.dev, &free_b, &total_b);
-    plan.device_free = free_b;
+    finish_plan(plan, m.dev, m.buffer != nullptr);
     return plan;
 }
 
 void check_plan_fits(const Model & m, const luce_engine_params & p, const luce_memory_plan & plan) {
-    // Weights are already resident (or file-backed page cache on CPU): the engine needs the rest.
-    const uint64_t need = plan.kv_cache + plan.recurrent + plan.compute + (device_is_cpu(m.dev) ? plan.outputs : 0);
-    if (plan.device_free == 0 || need <= plan.device_free) return;
-    const uint64_t per_token = ContextState::bytes_needed(m.hp, 1, cache_ggml_type(p.type_k), cache_ggml_type(p.type_v));
-    const uint64_t spare = plan.device_free > plan.compute ? plan.device_free - plan.compute : 0;
+    if (plan_fits(plan)) return;
+    const uint64_t per_token = AttentionKv::bytes(m.hp, 1, cache_ggml_type(p.type_k), cache_ggml_type(p.type_v));
+    const uint64_t spare = plan_spare(plan, plan.device_need - plan.kv_cache);
     const int64_t max_ctx = int64_t(spare / std::max<uint64_t>(per_token, 1)) / kCtxPad * kCtxPad;
+    const bool resident = plan.device_budget > plan.device_free;   // the weights are in the need and the budget
     throw Error(LUCE_ERR_MEMORY,
                 "memory plan does not fit " + m.device_name + ": KV cache for " + std::to_string(plan.n_ctx) +
                     " tokens (" + cache_type_name(p.type_k) + "/" + cache_type_name(p.type_v) + ") needs " +
-                    format_bytes(plan.kv_cache) + " plus " + format_bytes(plan.compute) + " of scratch, but only " +
+                    format_bytes(plan.kv_cache) + " plus " + format_bytes(plan.compute) + " of scratch" +
+                    (resident ? std::string() : " and " + format_bytes(plan.weights) + " of weights") + ", but only " +
                     format_bytes(plan.device_free) + " is free. Use --max-ctx " + std::to_string(std::max<int64_t>(max_ctx, 0)) +
                     " or less, or a smaller cache type (--cache-type-k/-v q8_0 or q4_0).");
 }
@@ -125,7 +123,7 @@ void Engine::reserve_worst_case() {
     }
     // measured now, plus what the small-batch kernels may hold
     plan_.compute = compute + (small_batch_ ? small_batch_scratch_bound(matmul_width(m_.hp)) : 0);
-    plan_.total = plan_.weights + plan_.kv_cache + plan_.recurrent + plan_.compute + plan_.outputs;
+    update_plan_totals(plan_, runner_->on_cpu());
 }
 
 ggml_status Engine::compute_in_pieces(ggml_cgraph * gf) {

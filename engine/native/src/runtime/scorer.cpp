@@ -1,5 +1,6 @@
 // scorer.cpp — the PFlash scorer's memory plan and its scoring pass (see scorer.h).
 #include "scorer.h"
+#include "memory_plan.h"
 #include "arch.h"
 #include "runtime.h"
 #include "device.h"
@@ -132,19 +133,15 @@ luce_memory_plan plan_scorer(const Model & m, const luce_scorer_params & params,
     const uint64_t staging = std::max<uint64_t>(uint64_t(plan.n_ctx) * uint64_t(std::max(p.n_batch, n_question)),
                                                 uint64_t(n) * uint64_t(n_tail)) * 2;
     plan.outputs = uint64_t(n) * 4 * (1 + uint64_t(n_tail)) + staging;
-    plan.total = plan.weights + plan.kv_cache + plan.compute + plan.outputs;
-    size_t free_b = 0, total_b = 0;
-    ggml_backend_dev_memory(m.dev, &free_b, &total_b);
-    plan.device_free = free_b;
+    finish_plan(plan, m.dev, m.buffer != nullptr);
     return plan;
 }
 
 void check_scorer_plan(const Model & m, const luce_memory_plan & plan, int n_tokens) {
-    // The weights are resident already; a call needs the rest.
-    const uint64_t need = plan.kv_cache + plan.compute + (device_is_cpu(m.dev) ? plan.outputs : 0);
-    if (plan.device_free == 0 || need <= plan.device_free) return;
-    const uint64_t per_token = std::max<uint64_t>(need / uint64_t(std::max(n_tokens, 1)), 1);
-    const int64_t fit = int64_t(plan.device_free / per_token) / kPad * kPad;
+    if (plan_fits(plan)) return;
+    const uint64_t fixed = plan.device_need - plan.kv_cache - plan.compute;   // weights (and host staging on the CPU)
+    const uint64_t per_token = std::max<uint64_t>((plan.kv_cache + plan.compute) / uint64_t(std::max(n_tokens, 1)), 1);
+    const int64_t fit = int64_t(plan_spare(plan, fixed) / per_token) / kPad * kPad;
     throw Error(LUCE_ERR_MEMORY, "scoring " + std::to_string(n_tokens) + " tokens with the scorer " + m.name + " needs " +
                                      format_bytes(plan.kv_cache) + " of KV cache (f16) and " + format_bytes(plan.compute) +
                                      " of scratch on " + m.device_name + ", but only " + format_bytes(plan.device_free) +
