@@ -18,6 +18,11 @@
 
 namespace luce {
 
+// engine_plan.cpp: the parameters as the engine runs them (defaults filled in, rounded, clamped),
+// what they decide, and the memory plan.
+luce_engine_params normalized_engine_params(const Model & m, luce_engine_params p);
+int64_t matmul_width(const HParams & hp);   // the widest matmul input (sizes the small-batch scratch)
+bool rollback_by_replay(const Model & m, const luce_engine_params & p);
 luce_memory_plan plan_memory(const Model & m, const luce_engine_params & p);   // estimates; no allocation
 // The one "does it fit" check of luce_engine_plan and of an engine being made: what the engine needs
 // on top of the (resident) weights against the device's free memory; LUCE_ERR_MEMORY says what to change.
