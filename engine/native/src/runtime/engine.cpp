@@ -31,6 +31,7 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
 
 Engine::~Engine() {
     graph_.reset();
+    replay_graphs_.clear();
     if (replay_alloc_) ggml_gallocr_free(replay_alloc_);
     small_batch_.reset();   // its events and stream belong to the runner's device: gone before it is
     runner_.reset();
@@ -399,14 +400,25 @@ void Engine::restore_recurrent_after(int32_t k) {
 
 // Recurrent state after provisional token k-1 of the pending verify, recomputed from the state
 // before it: the replay graph of k tokens (add_qwen35_replay) on its own scratch, reserved at start
-// for the longest verify. (Built per commit: a kept graph would keep its tensors' addresses from an
-// earlier allocation, which ggml-alloc does not renew and which a reallocation would leave dangling.)
+// for the longest verify. One graph per k is built and allocated once, then replayed: its tensors
+// keep the addresses of that allocation, which stay valid while the scratch buffer is not
+// reallocated (it was reserved for the largest k). Should an allocation grow the buffer anyway, the
+// other graphs' addresses are stale and they are dropped.
 void Engine::replay_recurrent(int32_t k) {
-    const ReplayGraph rg(m_, kv_, k);
-    if (!ggml_gallocr_alloc_graph(replay_alloc_, rg.gf)) {
-        throw Error(LUCE_ERR_MEMORY, "cannot allocate the rollback replay's scratch on " + m_.device_name);
+    if (replay_graphs_.size() <= size_t(k)) replay_graphs_.resize(size_t(k) + 1);
+    std::unique_ptr<ReplayGraph> & rg = replay_graphs_[size_t(k)];
+    if (!rg) {
+        rg = std::make_unique<ReplayGraph>(m_, kv_, k);
+        const size_t before = ggml_gallocr_get_buffer_size(replay_alloc_, 0);
+        if (!ggml_gallocr_alloc_graph(replay_alloc_, rg->gf)) {
+            rg.reset();
+            throw Error(LUCE_ERR_MEMORY, "cannot allocate the rollback replay's scratch on " + m_.device_name);
+        }
+        if (ggml_gallocr_get_buffer_size(replay_alloc_, 0) != before) {
+            for (size_t i = 0; i < replay_graphs_.size(); ++i) if (i != size_t(k)) replay_graphs_[i].reset();
+        }
     }
-    const ggml_status st = ggml_backend_graph_compute(runner_->backend(), rg.gf);
+    const ggml_status st = ggml_backend_graph_compute(runner_->backend(), rg->gf);
     if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, "replaying the recurrent state failed on " + m_.device_name);
 }
 

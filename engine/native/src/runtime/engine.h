@@ -94,6 +94,7 @@ private:
     ContextState kv_;                        // attention K/V, recurrent state, capture ring
     std::unique_ptr<GraphRunner> runner_;    // the model's device (+ CPU fallback), one scheduler
     ggml_gallocr_t replay_alloc_ = nullptr;   // the replay graph's scratch (kv_.rec.replay), reserved for n_verify_max
+    std::vector<std::unique_ptr<ReplayGraph>> replay_graphs_;   // per k, allocated once (replay_recurrent)
     // The last graph, replayed while its shape (and where it runs) repeats.
     struct GraphKey {
         GraphShape shape;
