@@ -21,7 +21,7 @@ static void qwen3_load_hparams(const GgufFile & f, HParams & hp) {
 
 static void dense_declare_tensors(TensorLoader & tl, Model & m) {
     HParams & hp = m.hp;
-    const int64_t E = hp.n_embd, D = hp.head_dim, Q = int64_t(hp.n_head) * D, KV = int64_t(hp.n_head_kv) * D, F = hp.n_ff;
+    const int64_t E = hp.n_embd, D = hp.head_dim, Q = int64_t(hp.n_head) * D, F = hp.n_ff;
 
     declare_embeddings(tl, m);
     if (hp.arch == "llama") m.rope_freqs = tl.optional("rope_freqs.weight", {D / 2});
@@ -31,22 +31,7 @@ static void dense_declare_tensors(TensorLoader & tl, Model & m) {
         auto & L = m.layers[size_t(il)];
         const std::string p = "blk." + std::to_string(il) + ".";
         L.attn_norm = tl.require(p + "attn_norm.weight", {E});
-        if (m.file->tensor_meta(p + "attn_qkv.weight")) {
-            m.file->fail(LUCE_ERR_UNSUPPORTED, "tensor " + p + "attn_qkv.weight: fused Q/K/V (llama.cpp's convert_hf_to_gguf.py "
-                                               "--fuse-qkv) is not supported; convert without --fuse-qkv");
-        }
-        L.wq = tl.require(p + "attn_q.weight", {E, Q});
-        L.wk = tl.require(p + "attn_k.weight", {E, KV});
-        L.wv = tl.require(p + "attn_v.weight", {E, KV});
-        L.wo = tl.require(p + "attn_output.weight", {Q, E});
-        L.bq = tl.optional(p + "attn_q.bias", {Q});
-        L.bk = tl.optional(p + "attn_k.bias", {KV});
-        L.bv = tl.optional(p + "attn_v.bias", {KV});
-        L.bo = tl.optional(p + "attn_output.bias", {E});
-        if (hp.qk_norm) {
-            L.q_norm = tl.require(p + "attn_q_norm.weight", {D});
-            L.k_norm = tl.require(p + "attn_k_norm.weight", {D});
-        }
+        declare_attention(tl, L, p, hp, /*q_rows=*/Q, /*with_biases=*/true);
         declare_swiglu_ffn(tl, L, p, "ffn_norm.weight", E, F);
         L.ffn_gate_b = tl.optional(p + "ffn_gate.bias", {F});
         L.ffn_up_b = tl.optional(p + "ffn_up.bias", {F});

@@ -214,7 +214,7 @@ void DraftContext::build_draft(Graph & g, int n_kv_ctx) const {
 }
 
 DraftContext::Graph & DraftContext::inject_graph(int n) {
-    runner_.use(inject_, n, kInject, "a draft injection of " + std::to_string(n) + " rows", [&] {
+    runner_.use(inject_, n, kInject, [&] { return "a draft injection of " + std::to_string(n) + " rows"; }, [&] {
         auto g = std::make_unique<Graph>();
         build_inject(*g, n);
         return g;
@@ -223,7 +223,7 @@ DraftContext::Graph & DraftContext::inject_graph(int n) {
 }
 
 DraftContext::Graph & DraftContext::draft_graph(int n_kv_ctx) {
-    runner_.use(draft_, n_kv_ctx, kDraft, "the draft block", [&] {
+    runner_.use(draft_, n_kv_ctx, kDraft, [] { return std::string("the draft block"); }, [&] {
         auto g = std::make_unique<Graph>();
         build_draft(*g, n_kv_ctx);
         return g;
@@ -233,7 +233,8 @@ DraftContext::Graph & DraftContext::draft_graph(int n_kv_ctx) {
 
 DraftContext::Graph & DraftContext::inject_ring_graph(int n, const std::vector<ggml_tensor *> & rings) {
     const std::pair<int, const void *> key{n, rings.front()};
-    const bool built = runner_.use(inject_ring_, key, kInjectRing, "a draft injection of " + std::to_string(n) + " rows", [&] {
+    const auto describe = [&] { return "a draft injection of " + std::to_string(n) + " rows"; };
+    const bool built = runner_.use(inject_ring_, key, kInjectRing, describe, [&] {
         auto g = std::make_unique<Graph>();
         build_inject(*g, n, &rings);
         return g;

@@ -89,6 +89,29 @@ void declare_embeddings(TensorLoader & tl, Model & m) {
     if (!m.output) m.output = m.tok_embd;   // tied LM head
 }
 
+void declare_attention(TensorLoader & tl, LayerWeights & L, const std::string & p, const HParams & hp, int64_t q_rows,
+                       bool with_biases) {
+    const int64_t E = hp.n_embd, D = hp.head_dim, Q = int64_t(hp.n_head) * D, KV = int64_t(hp.n_head_kv) * D;
+    if (tl.file().tensor_meta(p + "attn_qkv.weight")) {
+        tl.file().fail(LUCE_ERR_UNSUPPORTED, "tensor " + p + "attn_qkv.weight: fused Q/K/V in an attention layer (llama.cpp's "
+                                             "convert_hf_to_gguf.py --fuse-qkv) is not supported; convert without --fuse-qkv");
+    }
+    L.wq = tl.require(p + "attn_q.weight", {E, q_rows});
+    L.wk = tl.require(p + "attn_k.weight", {E, KV});
+    L.wv = tl.require(p + "attn_v.weight", {E, KV});
+    L.wo = tl.require(p + "attn_output.weight", {Q, E});
+    if (with_biases) {
+        L.bq = tl.optional(p + "attn_q.bias", {q_rows});
+        L.bk = tl.optional(p + "attn_k.bias", {KV});
+        L.bv = tl.optional(p + "attn_v.bias", {KV});
+        L.bo = tl.optional(p + "attn_output.bias", {E});
+    }
+    if (hp.qk_norm) {
+        L.q_norm = tl.require(p + "attn_q_norm.weight", {D});
+        L.k_norm = tl.require(p + "attn_k_norm.weight", {D});
+    }
+}
+
 void declare_swiglu_ffn(TensorLoader & tl, LayerWeights & L, const std::string & p, const char * norm, int64_t E, int64_t F) {
     L.ffn_norm = tl.require(p + norm, {E});
     L.ffn_gate = tl.require(p + "ffn_gate.weight", {E, F});

@@ -60,6 +60,7 @@ public:
     // A matrix or vector with exactly this ne; a missing/mis-shaped/mistyped tensor throws.
     ggml_tensor * require(const std::string & name, std::vector<int64_t> ne);
     ggml_tensor * optional(const std::string & name, std::vector<int64_t> ne);
+    const GgufFile & file() const { return file_; }
     struct Entry { ggml_tensor * tensor; size_t file_offset; };
     const std::vector<Entry> & entries() const { return entries_; }
     // After every declaration: a file tensor that none declared (and `skipped` does not accept) is
@@ -117,6 +118,10 @@ template <class H> void assign_shape(H & hp, const TransformerShape & s) {
 // a target model (hparams.cpp).
 void load_transformer_hparams(const GgufFile & f, HParams & hp, bool partial_rope = false);
 void declare_embeddings(TensorLoader & tl, Model & m);   // token_embd, output_norm, output (or tied)
+// A layer's attention projections: q with q_rows outputs, k, v, output, the optional biases when
+// with_biases, and the q/k norms when hp.qk_norm. A fused attn_qkv is refused by name.
+void declare_attention(TensorLoader & tl, LayerWeights & L, const std::string & p, const HParams & hp, int64_t q_rows,
+                       bool with_biases);
 // A layer's FFN input norm (named `norm`) and SwiGLU weights, blk prefix p ("blk.3.").
 void declare_swiglu_ffn(TensorLoader & tl, LayerWeights & L, const std::string & p, const char * norm, int64_t E, int64_t F);
 

@@ -52,10 +52,9 @@ static void qwen35_load_hparams(const GgufFile & f, HParams & hp) {
 static void qwen35_declare_tensors(TensorLoader & tl, Model & m) {
     HParams & hp = m.hp;
     const int64_t E = hp.n_embd, D = hp.head_dim, F = hp.n_ff;
-    const int64_t Q = int64_t(hp.n_head) * D, KV = int64_t(hp.n_head_kv) * D;
+    const int64_t Q = int64_t(hp.n_head) * D;
     const int64_t S = hp.ssm_state, Hv = hp.ssm_heads, Di = Hv * S, C = hp.conv_channels();
 
-    const GgufFile & f = *m.file;
     declare_embeddings(tl, m);
 
     m.layers.resize(size_t(hp.n_layer));
@@ -75,16 +74,7 @@ static void qwen35_declare_tensors(TensorLoader & tl, Model & m) {
             L.ssm_norm = tl.require(p + "ssm_norm.weight", {S});
             L.ssm_out = tl.require(p + "ssm_out.weight", {Di, E});
         } else {
-            if (f.tensor_meta(p + "attn_qkv.weight")) {
-                f.fail(LUCE_ERR_UNSUPPORTED, "tensor " + p + "attn_qkv.weight: fused Q/K/V in an attention layer (llama.cpp's "
-                                             "convert_hf_to_gguf.py --fuse-qkv) is not supported; convert without --fuse-qkv");
-            }
-            L.wq = tl.require(p + "attn_q.weight", {E, 2 * Q});
-            L.wk = tl.require(p + "attn_k.weight", {E, KV});
-            L.wv = tl.require(p + "attn_v.weight", {E, KV});
-            L.wo = tl.require(p + "attn_output.weight", {Q, E});
-            L.q_norm = tl.require(p + "attn_q_norm.weight", {D});
-            L.k_norm = tl.require(p + "attn_k_norm.weight", {D});
+            declare_attention(tl, L, p, hp, /*q_rows=*/2 * Q, /*with_biases=*/false);   // q and its output gate
         }
     }
 }

@@ -108,7 +108,7 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify)
 
 ForwardGraph & Engine::select_graph(const GraphShape & shape, bool piecewise) {
     const bool built = runner_->use(graph_, GraphKey{shape, piecewise}, 0,
-                                    "a batch of " + std::to_string(shape.n_tokens) + " tokens",
+                                    [&] { return "a batch of " + std::to_string(shape.n_tokens) + " tokens"; },
                                     [&] {
                                         graph_piecewise_ = false;
                                         return build_graph(m_, kv_, shape);
@@ -424,7 +424,6 @@ void Engine::replay_recurrent(int32_t k) {
 
 void Engine::set_capture(const int32_t * layers, int32_t n, bool output_convention, int32_t ring) {
     check_no_pending();
-    kv_.capture.reset();
     logits_.invalidate();
     graph_.reset();   // graphs change shape with the capture set
     kv_.capture.set(m_, layers, n, output_convention, ring);

@@ -50,15 +50,15 @@ ggml_status GraphRunner::compute_status(ggml_cgraph * gf, int kind) {
     return st;
 }
 
-void GraphRunner::throw_on(ggml_status st, const std::string & what) {
+void GraphRunner::throw_on(ggml_status st, const char * what) {
     if (st == GGML_STATUS_ABORTED) {
         cancel_.store(false);
         throw Error(LUCE_ERR_CANCELLED, "cancelled");
     }
-    if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, what + " failed on " + device_name_);
+    if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, std::string(what) + " failed on " + device_name_);
 }
 
-void GraphRunner::compute(ggml_cgraph * gf, int kind, const std::string & what) {
+void GraphRunner::compute(ggml_cgraph * gf, int kind, const char * what) {
     throw_on(compute_status(gf, kind), what);
 }
 

@@ -44,8 +44,8 @@ public:
     ggml_status compute_status(ggml_cgraph * gf, int kind = 0);
     // The same, throwing LUCE_ERR_CANCELLED, or LUCE_ERR_COMPUTE ("<what> failed on <device>");
     // throw_on does that for a status computed elsewhere (a graph run in pieces).
-    void compute(ggml_cgraph * gf, int kind, const std::string & what);
-    void throw_on(ggml_status st, const std::string & what);
+    void compute(ggml_cgraph * gf, int kind, const char * what);
+    void throw_on(ggml_status st, const char * what);
     // Frees kind's scheduler and its compute buffers (a scorer call gives them back when it ends).
     void release(int kind);
     uint64_t compute_bytes() const;   // compute buffers held, over all kinds and backends
@@ -58,9 +58,10 @@ public:
     };
     // The cached graph for `key`: reused, or rebuilt (build() returns a unique_ptr<G>) and
     // allocated on kind's scheduler; before_alloc(G &) runs between the two (placing inputs).
-    // Returns true when it was rebuilt.
-    template <class G, class Key, class Build, class BeforeAlloc>
-    bool use(Cached<G, Key> & slot, const Key & key, int kind, const std::string & what, Build && build,
+    // describe() names the graph in an error (called only then: this runs every step). Returns
+    // true when it was rebuilt.
+    template <class G, class Key, class Describe, class Build, class BeforeAlloc>
+    bool use(Cached<G, Key> & slot, const Key & key, int kind, Describe && describe, Build && build,
              BeforeAlloc && before_alloc) {
         if (slot.graph && slot.key == key) {
             n_reuses_++;
@@ -70,15 +71,15 @@ public:
         std::unique_ptr<G> g = build();
         ggml_backend_sched_reset(sched(kind));
         before_alloc(*g);
-        allocate(g->gf, kind, what);
+        allocate(g->gf, kind, describe());
         slot.graph = std::move(g);
         slot.key = key;
         n_builds_++;
         return true;
     }
-    template <class G, class Key, class Build>
-    bool use(Cached<G, Key> & slot, const Key & key, int kind, const std::string & what, Build && build) {
-        return use(slot, key, kind, what, build, [](G &) {});
+    template <class G, class Key, class Describe, class Build>
+    bool use(Cached<G, Key> & slot, const Key & key, int kind, Describe && describe, Build && build) {
+        return use(slot, key, kind, describe, build, [](G &) {});
     }
     int64_t n_builds() const { return n_builds_; }
     int64_t n_reuses() const { return n_reuses_; }

@@ -79,7 +79,8 @@ void Scorer::measure_compute() { stats_.compute_bytes = std::max<uint64_t>(stats
 void Scorer::eval_body(const ScorerCache & c, const int32_t * toks, int q0, int q1, int n_total) {
     const ScorerKeys keys = scorer_keys(params_, n_total, q0, q1);
     const ScorerShape shape{q1 - q0, keys.n_kv, keys.sparse};
-    const bool built = runner_.use(body_, shape, 0, "the scorer's body batch", [&] { return build_scorer_body(m_, c, shape); });
+    const bool built = runner_.use(body_, shape, 0, [] { return std::string("the scorer's body batch"); },
+                                   [&] { return build_scorer_body(m_, c, shape); });
     (built ? stats_.n_graph_builds : stats_.n_graph_reuses)++;
     if (built) measure_compute();
     ScorerGraph & g = *body_.graph;
@@ -108,11 +109,12 @@ void Scorer::eval_tail(const ScorerCache & c, const Question & q, int n_body, in
                        std::vector<float> & out) {
     body_.reset();   // the body graph's allocation is about to be replaced
     const int nq = q.n, S = n_body + nq, n_kv = round_up(S, kPad), first = S - n_tail;
-    GraphRunner::Cached<ScorerGraph, int> tail;   // one question's: built for it alone
-    runner_.use(tail, S, 0, "the scorer's tail", [&] { return build_scorer_tail(m_, c, nq, n_tail, S, n_kv, pre_rope); });
+    const std::unique_ptr<ScorerGraph> tail = build_scorer_tail(m_, c, nq, n_tail, S, n_kv, pre_rope);   // this question's alone
+    ggml_backend_sched_reset(runner_.sched());
+    runner_.allocate(tail->gf, 0, "the scorer's tail");
     stats_.n_graph_builds++;
     measure_compute();
-    ScorerGraph & g = *tail.graph;
+    ScorerGraph & g = *tail;
 
     std::vector<int32_t> pos(static_cast<size_t>(S));
     std::iota(pos.begin(), pos.end(), 0);
