@@ -61,20 +61,21 @@ def device_index() -> int:
     return int(DEVICE.split(":")[1]) if ":" in DEVICE else 0
 
 
-def assert_matches_reference(qtype: QT, nrows: int, k: int, n: int, seed: int) -> None:
+def assert_matches_reference(qtype: QT, nrows: int, k: int, n: int, seed: int, geometry=(0, 0, 0)) -> None:
     """Random blocks times n random columns on the kernel: within 2e-4 of the largest output."""
     rng = np.random.default_rng(seed)
     w = random_blocks(rng, qtype, nrows, k)
     x = rng.standard_normal((n, k)).astype(np.float32)
-    y = _core.cuda_small_gemm(device_index(), int(qtype), w.tobytes(), nrows, k, x)
+    y = _core.cuda_small_gemm(device_index(), int(qtype), w.tobytes(), nrows, k, x, geometry)
     ref = reference(qtype, w, x)
     assert y.shape == (n, nrows)
+    assert np.isfinite(y).all(), "an output was left unwritten (NaN poison)"
     err = np.abs(y - ref).max() / np.abs(ref).max()
     assert err < 2e-4, f"max error {err:.2e} of the largest output"
 
 
 @pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
-@pytest.mark.parametrize("n", [2, 5, 8, 9, 16, 24, 32])
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 9, 16, 24, 32])
 def test_matches_reference(qtype, n):
     # partial last row tiles of 16 and 32; 11 superblocks over 8 warps
     assert_matches_reference(qtype, nrows=72, k=256 * 11, n=n, seed=100 + n)
@@ -84,6 +85,32 @@ def test_matches_reference(qtype, n):
 def test_tall_matrix(qtype):
     """A matrix of 532 row tiles (more blocks than an H200 holds at once)."""
     assert_matches_reference(qtype, nrows=8500, k=256 * 3, n=16, seed=11)
+
+
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
+@pytest.mark.parametrize("geometry", [(1, 1, 2), (2, 1, 2), (4, 3, 2), (8, 2, 3), (1, 4, 3), (2, 5, 4), (1, 11, 4)],
+                         ids=lambda g: "x".join(map(str, g)))
+@pytest.mark.parametrize("n", [1, 9])
+def test_every_launch_geometry(qtype, geometry, n):
+    """Row tiles of 16..128 (the last partial), K splits that meet in the scratch (an uneven cut of 11
+    superblocks, down to one each), two to four blocks an SM: each against the reference, computed
+    twice on one scratch as the engine reuses it."""
+    assert_matches_reference(qtype, nrows=200, k=256 * 11, n=n, seed=7 * n + geometry[1], geometry=geometry)
+
+
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
+def test_a_column_does_not_depend_on_the_call_width(qtype):
+    """With the engine's geometry a token's outputs are the same bits whether it is multiplied alone
+    (a decode step) or among 5 or 16 (a verification)."""
+    rng = np.random.default_rng(3)
+    nrows, k = 9000, 256 * 20   # two row tiles a block for Q4_K
+    w = random_blocks(rng, qtype, nrows, k).tobytes()
+    x = rng.standard_normal((16, k)).astype(np.float32)
+    y16 = _core.cuda_small_gemm(device_index(), int(qtype), w, nrows, k, x)
+    y5 = _core.cuda_small_gemm(device_index(), int(qtype), w, nrows, k, x[:5])
+    y1 = _core.cuda_small_gemm(device_index(), int(qtype), w, nrows, k, x[:1])
+    assert np.array_equal(y1[0], y16[0])
+    assert np.array_equal(y5, y16[:5])
 
 
 def test_rejects_what_it_cannot_run():

@@ -58,11 +58,14 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t * p) {
 }
 
 // ---- the quantized activations as the kernels get them ------------------------------------------
+// Columns n..n_pad are padding: the lanes that would load them (mma column g = lane / 4) feed zeros
+// instead, so a call reads only its real columns' activations (one in eight of the layout at n = 1).
 struct QuantizedCols {
     const uint4 * xh;      // xh_index's layout, 16 bytes a thread
     const uint32_t * xsum; // [superblock][column][4]: sums of sub-blocks 2t, 2t + 1 as a half2
     int64_t k;
     int n_pad;
+    int n;                 // real columns
 };
 
 // ---- Q4_K: y = d*sc*q - dmin*m per 32-value sub-block -------------------------------------------
@@ -165,7 +168,7 @@ struct Q4KHalf : Q4KBlocks {
                 }
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
-                    const uint4 bx = xh[((2 * j + h) * cols.n_pad + nt * 8) * 4];
+                    const uint4 bx = nt * 8 + g < cols.n ? xh[((2 * j + h) * cols.n_pad + nt * 8) * 4] : make_uint4(0, 0, 0, 0);
                     mma_f16_k16(sum[nt], a[0][0], a[0][1], a[0][2], a[0][3], bx.x, bx.y);
                     mma_f16_k16(sum[nt], a[1][0], a[1][1], a[1][2], a[1][3], bx.z, bx.w);
                 }
@@ -178,7 +181,8 @@ struct Q4KHalf : Q4KBlocks {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            mma_f16_k8(mins, am[0], am[1], cols.xsum[(i * cols.n_pad + nt * 8 + g) * 4 + t]);
+            const uint32_t sums = nt * 8 + g < cols.n ? cols.xsum[(i * cols.n_pad + nt * 8 + g) * 4 + t] : 0u;
+            mma_f16_k8(mins, am[0], am[1], sums);
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[nt][e] += d[e / 2] * sum[nt][e] - dmin[e / 2] * mins[e];
         }
@@ -260,7 +264,7 @@ struct Q6KHalf : Q6KBlocks {
             const int64_t base = ((i * 8 + 2 * (2 * h + m / 2) + t % 2) * cols.n_pad + g) * 4 + 2 * lh + t / 2;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
-                const uint2 bx = xh[(base + nt * 8 * 4) * 2 + m % 2];
+                const uint2 bx = nt * 8 + g < cols.n ? xh[(base + nt * 8 * 4) * 2 + m % 2] : make_uint2(0, 0);
                 float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 mma_f16_k16(c, a[0], a[1], a[2], a[3], bx.x, bx.y);
 #pragma unroll

@@ -9,6 +9,8 @@
 // Numerics follow ggml's q8_1 path: activations are quantized to int8 per 32 values with a float
 // scale, and the f16 kernels take those int8 values times their scale, and the 32 values' sums, in
 // f16; Q4_K and Q6_K weights enter the mma as exact f16 integers, block scales apply in float.
+// A column's result does not depend on how many other columns the call has: a token gets the same
+// matmul outputs in a 1-token step as in a 16-token verify.
 #pragma once
 
 #include <cstddef>
@@ -31,22 +33,43 @@ struct SmallGemm {
     int n;                    // 1..kSmallGemmMaxCols
     float * y;                // device pointer: n columns of nrows floats, y_stride floats apart
     int64_t y_stride;
+    int n_sm = 132;           // the device's multiprocessors (sizes the grid)
 };
 
+// How a call is spread over the GPU: blocks of 8 warps hold `row_tiles` tiles of 16 rows (8 /
+// row_tiles warps share a tile's superblocks), and the superblocks are cut into `k_splits` ranges
+// computed by separate blocks, whose partial sums the last of them adds in a fixed order (results
+// stay deterministic). row_tiles 0 picks the whole geometry from the shape (small_gemm_geometry).
+// blocks_per_sm: 2 (each warp loads the next superblock while it multiplies one), 3 or 4 (fewer
+// registers, no prefetch: more warps hide the loads instead).
+struct SmallGemmGeometry {
+    int row_tiles = 0;        // 1, 2, 4 or 8
+    int k_splits = 0;         // 1..kSmallGemmMaxSplits
+    int blocks_per_sm = 2;    // 2, 3 or 4
+};
+constexpr int kSmallGemmMaxSplits = 16;
+SmallGemmGeometry small_gemm_geometry(const SmallGemm & g);
+
 // Device scratch of one call with k values and n columns (n rounded up to a multiple of 8): the
-// quantized activations, f16 values and an f16 sum per 32.
+// quantized activations (f16 values and an f16 sum per 32), then the K splits' partial sums and
+// one counter per block row.
+constexpr size_t kSmallGemmSplitBytes = size_t(8) << 20;
+constexpr int kSmallGemmSplitRowBlocks = 8192;
 inline size_t small_gemm_scratch_bytes(int64_t k, int n) {
     const size_t n_pad = size_t(8 * ((n + 7) / 8));
-    return n_pad * size_t(k) * 2 + size_t(k / 32) * n_pad * 2;
+    const size_t activations = n_pad * size_t(k) * 2 + size_t(k / 32) * n_pad * 2;
+    return (activations + 255) / 256 * 256 + kSmallGemmSplitBytes + kSmallGemmSplitRowBlocks * sizeof(uint32_t);
 }
 
-// Quantizes the activations into `scratch` (a pointer from small_gemm_scratch_bytes's size), in the
+// Quantizes the activations into `scratch` (a pointer from small_gemm_scratch_bytes's size, zeroed
+// once when allocated: the split counters start at zero and every call leaves them so), in the
 // layout the kernels read.
 // Calls that share x and n may share one quantization: see small_gemm_multiply.
 // stream: a cudaStream_t. Returns 0, or a CUDA error code.
 int small_gemm_quantize(const SmallGemm & g, void * scratch, void * stream);
-// y = W x from activations already quantized by small_gemm_quantize (same x, k and n).
-int small_gemm_multiply(const SmallGemm & g, void * scratch, void * stream);
+// y = W x from activations already quantized by small_gemm_quantize (same x, k and n). A geometry
+// the shape cannot take (too many splits for the scratch) is reduced to one it can.
+int small_gemm_multiply(const SmallGemm & g, void * scratch, void * stream, SmallGemmGeometry geometry = {});
 
 // Smallest compute capability the kernels run on (f16 mma.sync with f32 accumulation, as ggml's
 // CUDA backend uses it, from sm_80).

@@ -107,7 +107,7 @@ bool replaceable(const ggml_tensor * t) {
     return wbuf && !ggml_backend_buffer_is_host(wbuf) && w->data && x->data && t->data;
 }
 
-cuda::SmallGemm gemm_of(const ggml_tensor * t) {
+cuda::SmallGemm gemm_of(const ggml_tensor * t, int n_sm) {
     const ggml_tensor * w = t->src[0];
     const ggml_tensor * x = t->src[1];
     cuda::SmallGemm g{};
@@ -121,6 +121,7 @@ cuda::SmallGemm gemm_of(const ggml_tensor * t) {
     g.n = int(x->ne[1]);
     g.y = static_cast<float *>(t->data);
     g.y_stride = int64_t(t->nb[1] / sizeof(float));
+    g.n_sm = n_sm;
     return g;
 }
 
@@ -132,9 +133,9 @@ class CudaSmallBatchRunner final : public SmallBatchRunner {
     };
 
 public:
-    CudaSmallBatchRunner(ggml_backend_t backend, int device, ggml_backend_event_t to_ours, ggml_backend_event_t to_ggml,
+    CudaSmallBatchRunner(ggml_backend_t backend, int device, int n_sm, ggml_backend_event_t to_ours, ggml_backend_event_t to_ggml,
                          cudaStream_t stream)
-        : backend_(backend), device_(device), to_ours_(to_ours), to_ggml_(to_ggml), stream_(stream) {
+        : backend_(backend), device_(device), n_sm_(n_sm), to_ours_(to_ours), to_ggml_(to_ggml), stream_(stream) {
         // Debug switch (like ggml's GGML_CUDA_DISABLE_GRAPHS, read once here): LUCE_SMALL_BATCH_CHECK=1
         // compares each of our matmuls with ggml's on a graph's first compute (see check_against_ggml).
         const char * c = std::getenv("LUCE_SMALL_BATCH_CHECK");
@@ -250,7 +251,7 @@ public:
         const ggml_tensor * quantized = nullptr;   // consecutive matmuls of one input share its quantization
         for (int i = p.begin; i < p.end; ++i) {
             const ggml_tensor * t = ggml_graph_node(gf, i);
-            const cuda::SmallGemm g = gemm_of(t);
+            const cuda::SmallGemm g = gemm_of(t, n_sm_);
             if (t->src[1] != quantized) {
                 if (cuda::small_gemm_quantize(g, scratch_, stream) != 0) return GGML_STATUS_FAILED;
                 quantized = t->src[1];
@@ -291,6 +292,7 @@ private:
     ggml_context * pieces_ctx_ = nullptr;
     ggml_backend_t backend_;
     int device_;
+    int n_sm_;   // multiprocessors: the kernels' grids are sized by them
     ggml_backend_event_t to_ours_, to_ggml_;
     cudaStream_t stream_;
     void * scratch_ = nullptr;
@@ -339,13 +341,14 @@ std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend
         if (b) ggml_backend_event_free(b);
         return nullptr;
     }
-    return std::make_unique<CudaSmallBatchRunner>(backend, device, a, b, stream);
+    return std::make_unique<CudaSmallBatchRunner>(backend, device, prop.multiProcessorCount, a, b, stream);
 }
 
 } // namespace luce
 
 extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, const void * w, int64_t nrows, int64_t k,
-                                            const float * x, int32_t n, float * y) {
+                                            const float * x, int32_t n, float * y, int32_t row_tiles, int32_t k_splits,
+                                            int32_t blocks_per_sm) {
     using luce::Error;
     return luce::guarded([&] {
         REQUIRE(w && x && y && nrows > 0 && k > 0, "weights, activations and output are required");
@@ -369,8 +372,15 @@ extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, c
                   cudaMemcpy(dx, x, x_bytes, cudaMemcpyHostToDevice) == cudaSuccess;
         if (ok) {
             luce::cuda::SmallGemm g{ggml_type, dw, nrows, k, row_bytes, static_cast<const float *>(dx), k, n,
-                                    static_cast<float *>(dy), nrows};
-            ok = luce::cuda::small_gemm_quantize(g, ds, nullptr) == 0 && luce::cuda::small_gemm_multiply(g, ds, nullptr) == 0 &&
+                                    static_cast<float *>(dy), nrows, prop.multiProcessorCount};
+            const luce::cuda::SmallGemmGeometry geometry{row_tiles, k_splits, blocks_per_sm};
+            // twice on one scratch (a split call that left its counters set would spoil the second),
+            // the output poisoned with NaN before each, so an output the kernel leaves unwritten shows
+            ok = luce::cuda::small_gemm_quantize(g, ds, nullptr) == 0;
+            for (int pass = 0; ok && pass < 2; ++pass) {
+                ok = cudaMemset(dy, 0xff, y_bytes) == cudaSuccess && luce::cuda::small_gemm_multiply(g, ds, nullptr, geometry) == 0;
+            }
+            ok = ok &&
                  cudaMemcpy(y, dy, y_bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
         }
         const cudaError_t err = cudaGetLastError();
