@@ -89,10 +89,10 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify)
     // a verify graph leaves the recurrent state untouched, so a failure needs no replay
     const bool replay_on_failure = m_.hp.hybrid() && !replaying_ && !shape.verify;
     logits_.invalidate();   // the logits tensor is rewritten (or freed) below: unread rows are lost
-    // Decode steps and verifications run on the small-batch kernels (a token then gets the same
-    // matmul outputs in either), while a short prompt stays on ggml's kernels and fills the cache
-    // exactly as llama.cpp would.
-    ForwardGraph & g = select_graph(shape, (verify || n == 1) && small_batch_ && small_batch_->wants(n));
+    // Only verifications run on the small-batch kernels. A decode step on them was slower on the
+    // H200 (75.0 against 84.4 tok/s, bench/RESULTS.md: the piecewise graph loses ggml's fusions and
+    // adds launches), and a short prompt on ggml's kernels fills the cache exactly as llama.cpp would.
+    ForwardGraph & g = select_graph(shape, verify && small_batch_ && small_batch_->wants(n));
     set_inputs(g, toks, n);
 
     if (graph_piecewise_) stats_.n_small_batch_evals++;

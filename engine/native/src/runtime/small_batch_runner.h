@@ -1,4 +1,4 @@
-// small_batch_runner.h — runs a graph of a few tokens (a decode step, a draft's verification) on a CUDA
+// small_batch_runner.h — runs a graph of a few tokens (a draft's verification) on a CUDA
 // device with its quantized matmuls on luce's small-batch GEMM (cuda/small_batch_gemm.h) and every
 // other node on ggml's CUDA backend.
 //
@@ -18,10 +18,10 @@
 
 namespace luce {
 
-// Graphs of 1..16 tokens (decode steps and verifications): ggml's MMQ stays cheaper for 32 (28.3
-// against 39.1 ms a verify on the H200, bench/RESULTS.md); up to 8 columns our kernels move the
-// weights faster than ggml's MMVQ since their launch geometry was tuned (bench/gpu/small_gemm_bench.cu).
-constexpr int kSmallBatchMinTokens = 1;
+// Graphs of 4..16 tokens: on the H200 (bench/RESULTS.md) ggml's MMVQ stayed cheaper for 2 tokens
+// (12.6 against 15.6 ms a verify) and its MMQ for 32 (28.3 against 39.1 ms); ours won at 4, 8
+// and 16. A 1-token decode step on ours was slower (75.0 against 84.4 tok/s): see engine.cpp.
+constexpr int kSmallBatchMinTokens = 4;
 constexpr int kSmallBatchMaxTokens = 16;
 
 // Device scratch the runner may hold for a model whose widest matmul input has k_max values
