@@ -18,6 +18,19 @@ for p in (ROOT, ROOT / "tests"):   # tools/, luce_tui/ and bench/; the tests' sh
 import llama_cpp  # noqa: E402,F401
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _weight_layout_as_the_reference():
+    """Where the llama.cpp reference cannot repack as we do (AMX CPUs, tests/reference.py), our
+    engines keep the file's layout too, so both sides run ggml's plain kernels."""
+    from reference import REFERENCE_REPACKS
+    from luce_engine.model import MODEL_DEFAULTS
+
+    saved = MODEL_DEFAULTS["repack_weights"]
+    MODEL_DEFAULTS["repack_weights"] = saved and REFERENCE_REPACKS
+    yield
+    MODEL_DEFAULTS["repack_weights"] = saved
+
+
 @pytest.fixture(autouse=True)
 def _isolated_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))

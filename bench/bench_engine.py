@@ -142,6 +142,8 @@ def main() -> int:
                     help="luce's CUDA kernels for small batches (default: the engine's)")
     ap.add_argument("--fuse-weights", choices=("on", "off"), default=None,
                     help="fused projection weights at load (default: the engine's)")
+    ap.add_argument("--repack-weights", choices=("on", "off"), default=None,
+                    help="CPU: ggml's repacked weight layout, as llama.cpp uses it (default: the engine's)")
     ap.add_argument("--llama-bench", default=None, metavar="BIN", help="also run llama.cpp's llama-bench on the file")
     ap.add_argument("--skip-llama-cpp", action="store_true", help="measure luce alone (no llama-cpp-python peer)")
     ap.add_argument("--json", default=None)
@@ -153,6 +155,8 @@ def main() -> int:
     n_ctx = max(prefill_lengths + [args.prompt_tokens + args.decode_tokens]) + 256
     verify_sizes = [int(x) for x in args.verify.split(",") if x]
     model_params = {} if args.fuse_weights is None else {"fuse_weights": args.fuse_weights == "on"}
+    if args.repack_weights is not None:
+        model_params["repack_weights"] = args.repack_weights == "on"
     engine_params = {} if args.rollback is None else {"rollback": args.rollback}
     if args.small_batch_kernels is not None:
         engine_params["small_batch_kernels"] = args.small_batch_kernels == "on"

@@ -26,7 +26,7 @@ def model_defaults():
     """The native defaults of the model parameters (luce_model_default_params)."""
     cdef luce_model_params p = luce_model_default_params()
     return {"device": p.device.decode(), "use_mmap": p.use_mmap, "n_threads": p.n_threads, "plan_only": p.plan_only,
-            "fuse_weights": p.fuse_weights}
+            "fuse_weights": p.fuse_weights, "repack_weights": p.repack_weights}
 
 
 def engine_defaults():
@@ -98,7 +98,8 @@ cdef class CoreModel:
     cdef luce_model * ptr
     cdef readonly str path
 
-    def __cinit__(self, str path, str device, bint use_mmap, int n_threads, bint plan_only, bint fuse_weights):
+    def __cinit__(self, str path, str device, bint use_mmap, int n_threads, bint plan_only, bint fuse_weights,
+                  bint repack_weights):
         cdef luce_model_params params = luce_model_default_params()
         cdef bytes bpath = path.encode()
         cdef bytes bdev = device.encode()
@@ -108,6 +109,7 @@ cdef class CoreModel:
         params.n_threads = n_threads
         params.plan_only = plan_only
         params.fuse_weights = fuse_weights
+        params.repack_weights = repack_weights
         cdef luce_status st
         self.path = path
         with nogil:
@@ -127,7 +129,7 @@ cdef class CoreModel:
             "n_embd": luce_model_n_embd(self.ptr), "n_layer": luce_model_n_layer(self.ptr),
             "n_ctx_train": luce_model_n_ctx_train(self.ptr), "n_params": luce_model_n_params(self.ptr),
             "weight_bytes": luce_model_weight_bytes(self.ptr), "types": luce_model_type_summary(self.ptr).decode(),
-            "n_fused": luce_model_n_fused(self.ptr),
+            "n_fused": luce_model_n_fused(self.ptr), "n_repacked": luce_model_n_repacked(self.ptr),
         }
 
     def plan(self, dict engine_params, bint check=True):

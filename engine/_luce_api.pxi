@@ -38,6 +38,7 @@ cdef extern from "luce.h" nogil:
         bint use_mmap
         int32_t n_threads
         bint fuse_weights
+        bint repack_weights
     luce_model_params luce_model_default_params()
     luce_status luce_model_load(const char * path, luce_model_params params, luce_model ** out)
     void luce_model_free(luce_model * model)
@@ -51,6 +52,7 @@ cdef extern from "luce.h" nogil:
     uint64_t luce_model_n_params(const luce_model * model)
     uint64_t luce_model_weight_bytes(const luce_model * model)
     int32_t luce_model_n_fused(const luce_model * model)
+    int32_t luce_model_n_repacked(const luce_model * model)
     const char * luce_model_type_summary(const luce_model * model)
 
     ctypedef enum luce_cache_type:

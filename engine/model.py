@@ -25,13 +25,19 @@ class Model:
 
     def __init__(self, path: str | os.PathLike, *, device: str = MODEL_DEFAULTS["device"],
                  use_mmap: bool = MODEL_DEFAULTS["use_mmap"], n_threads: int = MODEL_DEFAULTS["n_threads"],
-                 plan_only: bool = False, fuse_weights: bool = MODEL_DEFAULTS["fuse_weights"]):
+                 plan_only: bool = False, fuse_weights: bool = MODEL_DEFAULTS["fuse_weights"],
+                 repack_weights: bool | None = None):
         """plan_only: validate and size the file without loading weights (for `plan()`; an
         Engine cannot be created on such a model). fuse_weights: store projections that share
         their input and type as one fused weight on the device (False keeps every file tensor
-        separate; the results are the same)."""
+        separate; the results are the same). repack_weights: on a CPU, store the matmul weights
+        ggml's CPU kernels repack in their interleaved layout, as llama.cpp does by default (the
+        results are then llama.cpp's bit for bit; with the file's layout the sums run in another
+        order). None: MODEL_DEFAULTS["repack_weights"] (on)."""
         self.path = str(Path(path).expanduser())
-        self._core = _core.CoreModel(self.path, device, use_mmap, n_threads, plan_only, fuse_weights)
+        if repack_weights is None:   # read here, not at import: tests on AMX CPUs change it (conftest.py)
+            repack_weights = MODEL_DEFAULTS["repack_weights"]
+        self._core = _core.CoreModel(self.path, device, use_mmap, n_threads, plan_only, fuse_weights, repack_weights)
         self._info = self._core.info
 
     # -- metadata --------------------------------------------------------------------------
@@ -45,6 +51,7 @@ class Model:
     n_params = property(lambda self: self._info["n_params"])
     weight_bytes = property(lambda self: self._info["weight_bytes"])
     weight_types = property(lambda self: self._info["types"])
+    n_repacked = property(lambda self: self._info["n_repacked"])   # weights in ggml's CPU repacked layout
 
     @functools.cached_property
     def tokenizer(self):

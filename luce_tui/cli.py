@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="CUDA: verify draft blocks with luce's own quantized matmul kernels (default: on)")
     model.add_argument("--fuse-weights", choices=("on", "off"),
                        help="store projections that share an input as one fused weight on the device (default: on)")
+    model.add_argument("--repack-weights", choices=("on", "off"),
+                       help="CPU: store Q4_0 / Q4_K / IQ4_NL matmul weights in ggml's repacked layout, as llama.cpp "
+                            "does (default: on)")
 
     s = p.add_argument_group("sampling (defaults: the chat preset)")
     s.add_argument("--temp", dest="temperature", type=float, metavar="T",

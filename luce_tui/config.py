@@ -50,14 +50,15 @@ class EngineSettings:
     pflash_mode: str = "auto"           # off | auto | always
     pflash_threshold: int = DEFAULT_PFLASH_THRESHOLD
     pflash_keep_ratio: float = DEFAULT_KEEP_RATIO
-    # --rollback, --small-batch-kernels, --fuse-weights; None: the engine's default
+    # --rollback, --small-batch-kernels, --fuse-weights, --repack-weights; None: the engine's default
     rollback: str | None = None
     small_batch_kernels: bool | None = None
     fuse_weights: bool | None = None
+    repack_weights: bool | None = None
 
     def model_params(self) -> dict:
         """Model() keyword arguments from these settings (the engine's defaults for what was not said)."""
-        given = {"fuse_weights": self.fuse_weights}
+        given = {"fuse_weights": self.fuse_weights, "repack_weights": self.repack_weights}
         return {"device": self.device, "n_threads": self.threads, **{k: v for k, v in given.items() if v is not None}}
 
     def engine_params(self) -> dict:
@@ -115,7 +116,8 @@ def engine_settings(args) -> EngineSettings:
                           pflash_keep_ratio=_given(getattr(args, "pflash_keep_ratio", None), DEFAULT_KEEP_RATIO),
                           rollback=getattr(args, "rollback", None),
                           small_batch_kernels=_on_off(getattr(args, "small_batch_kernels", None)),
-                          fuse_weights=_on_off(getattr(args, "fuse_weights", None)))
+                          fuse_weights=_on_off(getattr(args, "fuse_weights", None)),
+                          repack_weights=_on_off(getattr(args, "repack_weights", None)))
 
 
 def _given(value, default):

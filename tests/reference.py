@@ -35,6 +35,28 @@ def smollm2_path() -> str:
         pytest.skip("SmolLM2 GGUF not installed on this GPU machine (it cannot be carried there)")
 
 
+def cpu_has_amx() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "amx_tile" in f.read()
+    except OSError:
+        return False
+
+
+# Our CPU engine repacks matmul weights as llama.cpp does by default (ggml's CPU_REPACK buffer type),
+# so the reference is llama.cpp's default: bit-identical where the types repack. On CPUs with AMX,
+# llama.cpp would take its AMX buffer type first (which crashes on the tiny models, see
+# llama_plain_kernels), so there both sides run without repacking: conftest.py turns ours off.
+REFERENCE_REPACKS = not cpu_has_amx()
+
+
+def llama_reference(**kwargs):
+    """llama_cpp.Llama with the weight layout our tests' engines use (REFERENCE_REPACKS)."""
+    import llama_cpp
+
+    return llama_cpp.Llama(**kwargs) if REFERENCE_REPACKS else llama_plain_kernels(**kwargs)
+
+
 def llama_plain_kernels(**kwargs):
     """llama_cpp.Llama(**kwargs) on ggml's plain CPU kernels.
 
@@ -63,7 +85,7 @@ def llama_plain_kernels(**kwargs):
 
 def reference_llama(path: str, *, n_ctx: int = 512, cache_type: str = "f16", logits_all: bool = True):
     """llama-cpp-python on the same file, flash attention on (our attention path), same threads."""
-    return llama_plain_kernels(
+    return llama_reference(
         model_path=str(path), n_ctx=n_ctx, n_batch=512, n_ubatch=512, logits_all=logits_all, verbose=False,
         flash_attn=True, n_threads=THREADS, n_threads_batch=THREADS, n_gpu_layers=-1 if ON_GPU else 0,
         type_k=GGML_TYPE_IDS[cache_type], type_v=GGML_TYPE_IDS[cache_type], seed=0,

@@ -485,7 +485,11 @@ def test_parameters_default_to_the_native_defaults(hybrid_model):
     from luce_engine import _core
     from luce_engine.model import ENGINE_DEFAULTS, MODEL_DEFAULTS
 
-    assert ENGINE_DEFAULTS == _core.engine_defaults() and MODEL_DEFAULTS == _core.model_defaults()
+    native = _core.model_defaults()
+    assert native["repack_weights"] is True   # conftest.py may turn it off for the tests (AMX CPUs)
+    assert ENGINE_DEFAULTS == _core.engine_defaults()
+    assert {k: v for k, v in MODEL_DEFAULTS.items() if k != "repack_weights"} == \
+        {k: v for k, v in native.items() if k != "repack_weights"}
     assert (ENGINE_DEFAULTS["rollback"], ENGINE_DEFAULTS["small_batch_kernels"], ENGINE_DEFAULTS["debug_piecewise"]) == (
         "replay", True, False)
     assert MODEL_DEFAULTS["fuse_weights"] is True

@@ -9,7 +9,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from luce_engine import DraftModel, Engine, Model, Sampling, Scorer
-from reference import DEVICE, THREADS, llama_plain_kernels
+from reference import DEVICE, THREADS, llama_reference
 from tools import random_gguf as R
 from tools.tiny_dflash import draft_weights, write_tiny_dflash
 from tools.tiny_gguf import write_tiny_gguf
@@ -97,7 +97,7 @@ def test_files_load_and_run_in_our_engine(files):
 
 
 def test_llama_cpp_loads_the_target(files):
-    llm = llama_plain_kernels(model_path=files["qwen35-tiny"], n_ctx=128, n_threads=THREADS, verbose=False, logits_all=True,
+    llm = llama_reference(model_path=files["qwen35-tiny"], n_ctx=128, n_threads=THREADS, verbose=False, logits_all=True,
                               n_gpu_layers=-1 if DEVICE != "cpu" else 0)
     llm.eval([300, 301, 302])
     assert np.isfinite(np.asarray(llm.scores[2])).all()

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import gguf  # noqa: E402
 import numpy as np  # noqa: E402
 
-from reference import llama_plain_kernels  # noqa: E402
+from reference import llama_reference  # noqa: E402
 from tools.tiny_gguf import TinyConfig, write_bad_gguf, write_tiny_gguf  # noqa: E402
 
 pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
@@ -136,7 +136,7 @@ def test_config_errors(tmp_path):
 # ---------------------------------------------------------------- llama.cpp (CPU)
 
 def _load(path, **kw):
-    return llama_plain_kernels(model_path=path, n_ctx=256, logits_all=True, verbose=False, flash_attn=True, **kw)
+    return llama_reference(model_path=path, n_ctx=256, logits_all=True, verbose=False, flash_attn=True, **kw)
 
 
 @pytest.mark.parametrize("name,wt", [("A", "f32"), ("A", "q8_0"), ("B", "f32"), ("B", "q8_0"),

@@ -18,6 +18,7 @@ Presets (the *-tiny ones have the same structure at test size):
                 capturing the target's layers 1, 16, 31, 46, 61 (llama.cpp's `dflash` arch); no
                 token_embd / output of its own (it uses the target's)
     qwen3-0.6b  Qwen3-0.6B: 28 layers, hidden 1024, BF16 matrices, tied embeddings (a PFlash scorer)
+    qwen3-0.6b-q4k  the same in Q4_K (a small K-quant model for CPU speed: ggml repacks Q4_K)
 
 The files are the layouts of tools/tiny_gguf.py and tools/tiny_dflash.py (same metadata writers,
 same tensor names; tests/test_random_gguf.py checks both). Fast on a bare machine with numpy: the
@@ -83,6 +84,7 @@ PRESETS = {
     "dflash-27b": Preset(QWEN35_27B, DFLASH_27B, QT.Q8_0),
     "dflash-tiny": Preset(QWEN35_TINY, DFLASH_TINY, QT.Q8_0),
     "qwen3-0.6b": Preset(QWEN3_06B, matrix_type=QT.BF16),
+    "qwen3-0.6b-q4k": Preset(QWEN3_06B, matrix_type=QT.Q4_K),
     "qwen3-tiny": Preset(QWEN3_TINY, matrix_type=QT.BF16),
 }
 FILE_TYPES = {QT.Q4_K: gguf.LlamaFileType.MOSTLY_Q4_K_M, QT.Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0,

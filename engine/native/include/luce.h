@@ -80,6 +80,9 @@ typedef struct luce_model_params {
     int32_t n_threads;     // CPU threads; <= 0 picks the number of cores
     bool fuse_weights;     // device copies: store projections with one input and type as one fused weight
                            // (weight_fusion.h; default true; false keeps every file tensor separate)
+    bool repack_weights;   // CPU with mmap: copy the matmul weights ggml's CPU kernels repack (Q4_0, Q4_K,
+                           // IQ4_NL on x86 with AVX2) into its interleaved layout, as llama.cpp does
+                           // (use_extra_bufts; default true); false keeps every weight mapped from the file
 } luce_model_params;
 
 LUCE_API luce_model_params luce_model_default_params(void);
@@ -102,6 +105,8 @@ LUCE_API uint64_t     luce_model_weight_bytes(const luce_model * model);
 LUCE_API const char * luce_model_type_summary(const luce_model * model);
 // Projections stored fused in one weight (same input and type; device copies only, see weight_fusion.h).
 LUCE_API int32_t      luce_model_n_fused(const luce_model * model);
+// Weights stored in ggml's CPU repacked layout (luce_model_params.repack_weights).
+LUCE_API int32_t      luce_model_n_repacked(const luce_model * model);
 
 // ---- KV cache types -----------------------------------------------------------------------
 typedef enum luce_cache_type {

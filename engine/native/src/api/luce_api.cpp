@@ -19,6 +19,7 @@ luce_model_params luce_model_default_params(void) {
     p.n_threads = 0;
     p.plan_only = false;
     p.fuse_weights = true;
+    p.repack_weights = true;
     return p;
 }
 
@@ -43,6 +44,7 @@ int32_t luce_model_n_ctx_train(const luce_model * m) { return m->impl->hp.n_ctx_
 uint64_t luce_model_n_params(const luce_model * m) { return m->impl->n_params; }
 uint64_t luce_model_weight_bytes(const luce_model * m) { return m->impl->weight_bytes; }
 const char * luce_model_type_summary(const luce_model * m) { return m->impl->type_summary.c_str(); }
+int32_t luce_model_n_repacked(const luce_model * m) { return m->impl->n_repacked; }
 int32_t luce_model_n_fused(const luce_model * m) {
     int32_t n = 0;
     for (const auto & L : m->impl->layers) n += (L.ffn_gate_up.w != nullptr) + (L.ssm_in.w != nullptr);

@@ -1,4 +1,5 @@
 #include "model.h"
+#include "cpu_repack.h"
 #include "arch.h"
 #include "device.h"
 #include "error.h"
@@ -121,6 +122,7 @@ void declare_swiglu_ffn(TensorLoader & tl, LayerWeights & L, const std::string &
 
 Model::~Model() {
     if (buffer) ggml_backend_buffer_free(buffer);
+    if (repack_buffer) ggml_backend_buffer_free(repack_buffer);
     if (ctx) ggml_free(ctx);
 }
 
@@ -165,12 +167,32 @@ std::unique_ptr<Model> load_model(const std::string & path, const luce_model_par
 
     count_weights(tl.entries(), m->weight_bytes, m->n_params);
     m->type_summary = summarize_types(tl.entries());
+    // A tied LM head's matmul reads token_embd; where ggml repacks, it gets a repacked copy (as
+    // llama.cpp's duplicated output tensor), counted in the weights.
+    const bool mapped = device_is_cpu(m->dev) && use_mmap;
+    const bool repack = mapped && params.repack_weights;
+    std::vector<TensorLoader::Entry> copies;
+    if (repack && m->output == m->tok_embd) {
+        for (const auto & e : tl.entries()) {
+            if (e.tensor != m->tok_embd) continue;
+            ggml_tensor * head = ggml_dup_tensor(m->ctx, m->tok_embd);
+            ggml_set_name(head, "output.weight (repacked token_embd)");
+            copies.push_back({head, e.file_offset});
+        }
+        if (!copies.empty() && repackable(m->dev, copies)[0]) m->weight_bytes += ggml_nbytes(copies[0].tensor);
+    }
     if (!load_weights) return m;   // planning: sizes are known, nothing is allocated or read
 
-    // On a CPU the mapped weights stay in the page cache; device copies may fuse projections.
-    const bool mapped = device_is_cpu(m->dev) && use_mmap;
+    // On a CPU the mapped weights stay in the page cache, except those ggml's CPU kernels repack;
+    // device copies may fuse projections.
     const WeightLayout layout = mapped ? WeightLayout{} : plan_weight_layout(*m, tl.entries(), params.fuse_weights);
-    m->buffer = place_weights(f, m->dev, use_mmap, tl.entries(), layout, m->weight_bytes, "weights",
+    CpuRepack repacked;
+    if (repack) repacked = repack_for_cpu(f, m->dev, tl.entries(), copies);
+    else repacked.mapped = tl.entries();
+    m->repack_buffer = repacked.buffer;
+    m->n_repacked = repacked.n_tensors;
+    if (!copies.empty() && repacked.copied[0]) m->output = copies[0].tensor;
+    m->buffer = place_weights(f, m->dev, use_mmap, repacked.mapped, layout, m->weight_bytes, "weights",
                               "; use a smaller quantization or another device");
     return m;
 }

@@ -88,6 +88,8 @@ struct Model {
 
     ggml_context * ctx = nullptr;               // weight tensor headers
     ggml_backend_buffer_t buffer = nullptr;     // weight data (mmap-backed on CPU)
+    ggml_backend_buffer_t repack_buffer = nullptr;   // CPU: the weights ggml's kernels repacked (cpu_repack.h)
+    int n_repacked = 0;                         // how many weights live there
     std::unique_ptr<GgufFile> file;             // kept open: the CPU buffer points into its mapping
     uint64_t weight_bytes = 0, n_params = 0;
     std::string type_summary;
