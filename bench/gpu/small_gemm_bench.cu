@@ -240,7 +240,9 @@ int main(int argc, char ** argv) {
                         row.best_gbps = gbps;
                         row.best = geo;
                     }
-                    if (rt == row.chosen.row_tiles && ksp == row.chosen.k_splits ) row.auto_gbps = gbps;
+                    if (rt == row.chosen.row_tiles && ksp == row.chosen.k_splits && depths[di] == row.chosen.blocks_per_sm) {
+                        row.auto_gbps = gbps;
+                    }
                     if (csv) std::fprintf(csv, "%s,%d,%lld,%lld,%d,%d,%d,%d,%.2f,%.1f,%.3g\n", s.name, s.type, (long long) s.rows,
                                           (long long) s.k, n, rt, ksp, depths[di], ms * 1e3, gbps, diff);
                 }

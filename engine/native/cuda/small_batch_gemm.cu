@@ -218,12 +218,13 @@ bool small_gemm_supports(int ggml_type) { return ggml_type == 12 || ggml_type ==
 // Chosen from bench/gpu/small_gemm_bench.cu's sweep on the H200 (bench/RESULTS.md). The row tiles and
 // K splits, which fix the order of the sums, depend on the matrix alone, so a column's outputs are
 // the same bits at every column count: two row tiles for large Q4_K matrices, one otherwise; K is
-// split only for matrices whose row blocks do not give every SM one. Up to 8 columns, three blocks
-// an SM without prefetch; wider calls with two row tiles, two blocks with prefetch.
+// split only for matrices whose row blocks do not give every SM one. Three blocks an SM without
+// prefetch up to 16 columns (the sweep's best or within 1% for all but the 1024-row matrix); wider
+// calls, whose accumulators would spill under that register cap, two with prefetch.
 SmallGemmGeometry small_gemm_geometry(const SmallGemm & g) {
     SmallGemmGeometry geo;
     geo.row_tiles = g.type == 12 && g.nrows >= 8192 ? 2 : 1;
-    geo.blocks_per_sm = g.n > 8 && geo.row_tiles == 2 ? 2 : 3;
+    geo.blocks_per_sm = g.n <= 16 ? 3 : 2;
     geo.k_splits = 1;
     const int64_t sms = std::max(1, g.n_sm), blocks = row_blocks(g, geo.row_tiles);
     if (blocks < sms) {
