@@ -6,7 +6,8 @@
 // gemm_small: a block of 8 warps owns R tiles of 16 weight rows; the warps of a tile take its
 // 256-value superblocks of the block's K split round-robin (8 / R ways). The partial sums meet in
 // shared memory, and the K splits in the scratch, in a fixed order, so results are deterministic.
-// The next superblock's weights are loaded before the current one is multiplied.
+// Loads stay in flight either through more blocks an SM or by loading a warp's next superblock
+// before it multiplies the current one (small_batch_gemm.h's SmallGemmGeometry).
 #include "small_batch_gemm.h"
 #include "small_batch_formats.cuh"
 
