@@ -123,54 +123,76 @@ struct Q4KBlocks {
 __device__ __forceinline__ uint32_t half2_bits(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
 __device__ __forceinline__ __half2 bits_half2(uint32_t b) { return *reinterpret_cast<__half2 *>(&b); }
 
+// (w & MASK) | 0x64006400 in one LOP3: written as C++ the compiler emits two (a LOP3 takes one
+// immediate), and this is the hot path's most frequent operation.
+template <uint32_t MASK>
+__device__ __forceinline__ uint32_t masked_into_half2(uint32_t w) {
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "n"(MASK), "r"(0x64006400u));
+    return r;
+}
+
 // Two bytes (the low 16 bits of w, at most 255 each) as an exact half2 (byte 0 low).
 __device__ __forceinline__ __half2 bytes_to_half2(uint32_t w) {
     const uint32_t biased = (w & 0xffu) | ((w & 0xff00u) << 8) | 0x64006400u;   // 1024 + byte
     return __hsub2(bits_half2(biased), __float2half2_rn(1024.0f));
 }
 
+// (1024 + byte b of w) twice, as a half2: the start of the exact-integer trick below.
+__device__ __forceinline__ __half2 biased_byte_pair(uint32_t w, int b) {
+    return bits_half2(__byte_perm(w, 0x64646464u, 0x4040u + 0x0101u * unsigned(b)));
+}
+
 struct Q4KHalf : Q4KBlocks {
 
+    // The activations' padded column count is 8 * NT (small_batch_gemm.cu's padded_cols), so their
+    // offsets are compile-time constants.
     template <int NT>
     static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
                                                     int g, int t) {
+        constexpr int n_pad = 8 * NT;
         float d[2], dmin[2];
         uint32_t scp[2][2], mnp[2][2];
         q4k_scales(cur, d, dmin, scp, mnp);
-        float sum[NT][4] = {};
-        const uint4 * xh = cols.xh + (i * 8 * cols.n_pad + g) * 4 + t;   // + ((2j + h) * n_pad + nt * 8) * 4
+        bool live[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) live[nt] = nt * 8 + g < cols.n;
+        // two accumulator chains (words h = 0, 1) halve the dependent mma latency per superblock
+        float sum[2][NT][4] = {};
+        const uint4 * xh = cols.xh + (i * 8 * n_pad + g) * 4 + t;   // + ((2j + h) * n_pad + nt * 8) * 4
+        const __half2 k1024 = __float2half2_rn(1024.0f), km1024 = __float2half2_rn(-1024.0f);
+        const __half2 k16th = __float2half2_rn(1.0f / 16.0f), km64 = __float2half2_rn(-64.0f);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            // (sc, sc) of sub-blocks 2j and 2j + 1 for both rows, and (-1024 sc, -1024 sc)
+            // Sub-block 2j (low nibbles, 1024 + q): (sc, sc) and -1024 sc. Sub-block 2j + 1 (high
+            // nibbles, masked in place as 1024 + 16q): (sc/16, sc/16) and -64 sc. Either way one
+            // hfma2 gives q * sc exactly (at most 945).
             __half2 sc[2][2], bias[2][2];
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const __half2 both = bytes_to_half2(scp[r][j / 2] >> (16 * (j % 2)));
-                sc[r][0] = __low2half2(both);
-                sc[r][1] = __high2half2(both);
-                bias[r][0] = __hmul2(sc[r][0], __float2half2_rn(-1024.0f));
-                bias[r][1] = __hmul2(sc[r][1], __float2half2_rn(-1024.0f));
+                const __half2 lo = biased_byte_pair(scp[r][j / 2], (2 * j) % 4);
+                const __half2 hi = biased_byte_pair(scp[r][j / 2], (2 * j + 1) % 4);
+                sc[r][0] = __hsub2(lo, k1024);
+                sc[r][1] = __hfma2(hi, k16th, km64);
+                bias[r][0] = __hmul2(sc[r][0], km1024);
+                bias[r][1] = __hmul2(sc[r][1], km1024);
             }
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const uint32_t w[2] = {h ? cur.qs[0][j].y : cur.qs[0][j].x, h ? cur.qs[1][j].y : cur.qs[1][j].x};
                 uint32_t a[2][4];   // [u][mma register]: rows g, g+8 of nibbles (0, 2), then (1, 3)
 #pragma unroll
-                for (int u = 0; u < 2; ++u) {
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        // (1024 + q) * sc - 1024 * sc in one rounding: q * sc exactly
-                        const uint32_t p02 = ((w[r] >> (4 * u)) & 0x000F000Fu) | 0x64006400u;
-                        const uint32_t p13 = ((w[r] >> (4 * u + 8)) & 0x000F000Fu) | 0x64006400u;
-                        a[u][r] = half2_bits(__hfma2(bits_half2(p02), sc[r][u], bias[r][u]));
-                        a[u][2 + r] = half2_bits(__hfma2(bits_half2(p13), sc[r][u], bias[r][u]));
-                    }
+                for (int r = 0; r < 2; ++r) {
+                    const uint32_t w = h ? cur.qs[r][j].y : cur.qs[r][j].x, w8 = w >> 8;
+                    a[0][r] = half2_bits(__hfma2(bits_half2(masked_into_half2<0x000F000Fu>(w)), sc[r][0], bias[r][0]));
+                    a[0][2 + r] = half2_bits(__hfma2(bits_half2(masked_into_half2<0x000F000Fu>(w8)), sc[r][0], bias[r][0]));
+                    a[1][r] = half2_bits(__hfma2(bits_half2(masked_into_half2<0x00F000F0u>(w)), sc[r][1], bias[r][1]));
+                    a[1][2 + r] = half2_bits(__hfma2(bits_half2(masked_into_half2<0x00F000F0u>(w8)), sc[r][1], bias[r][1]));
                 }
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
-                    const uint4 bx = nt * 8 + g < cols.n ? xh[((2 * j + h) * cols.n_pad + nt * 8) * 4] : make_uint4(0, 0, 0, 0);
-                    mma_f16_k16(sum[nt], a[0][0], a[0][1], a[0][2], a[0][3], bx.x, bx.y);
-                    mma_f16_k16(sum[nt], a[1][0], a[1][1], a[1][2], a[1][3], bx.z, bx.w);
+                    const uint4 bx = live[nt] ? xh[((2 * j + h) * n_pad + nt * 8) * 4] : make_uint4(0, 0, 0, 0);
+                    mma_f16_k16(sum[h][nt], a[0][0], a[0][1], a[0][2], a[0][3], bx.x, bx.y);
+                    mma_f16_k16(sum[h][nt], a[1][0], a[1][1], a[1][2], a[1][3], bx.z, bx.w);
                 }
             }
         }
@@ -181,10 +203,10 @@ struct Q4KHalf : Q4KBlocks {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            const uint32_t sums = nt * 8 + g < cols.n ? cols.xsum[(i * cols.n_pad + nt * 8 + g) * 4 + t] : 0u;
+            const uint32_t sums = live[nt] ? cols.xsum[(i * n_pad + nt * 8 + g) * 4 + t] : 0u;
             mma_f16_k8(mins, am[0], am[1], sums);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[nt][e] += d[e / 2] * sum[nt][e] - dmin[e / 2] * mins[e];
+            for (int e = 0; e < 4; ++e) acc[nt][e] += d[e / 2] * (sum[0][nt][e] + sum[1][nt][e]) - dmin[e / 2] * mins[e];
         }
     }
 };
@@ -255,8 +277,8 @@ struct Q6KHalf : Q6KBlocks {
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const uint32_t v = q6k_values(cur, r, G);   // bytes e = 0..3: values 16G + 4t + e
-                a[r] = half2_bits(__hsub2(bits_half2((v & 0x00FF00FFu) | 0x64006400u), offset));             // e = 0, 2
-                a[2 + r] = half2_bits(__hsub2(bits_half2(((v >> 8) & 0x00FF00FFu) | 0x64006400u), offset));  // e = 1, 3
+                a[r] = half2_bits(__hsub2(bits_half2(masked_into_half2<0x00FF00FFu>(v)), offset));             // e = 0, 2
+                a[2 + r] = half2_bits(__hsub2(bits_half2(masked_into_half2<0x00FF00FFu>(v >> 8)), offset));  // e = 1, 3
                 ds[r] = cur.d[r] * float(int8_t(byte_of(cur.sc[r], G)));
             }
             // where values 16G + 4t + e lie in xh_index's layout: sub-block pair 2h + m/2, word t % 2,
