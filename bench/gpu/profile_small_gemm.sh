@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Nsight Compute and the disassembly of a few small-batch GEMM launches (ffn gate+up, 34816 x 5120
-# Q4_K): the register kernel (three blocks an SM) and the shared-memory pipeline, at 1 and 16
-# columns. Writes ncu_*.txt and sass_counts.txt into $1 (default $OUT). Bench binary: .device/bin.
+# Q4_K) with the engine's geometry at 1 and 16 columns. Writes ncu_*.txt and sass_counts.txt into $1 (default $OUT). Bench binary: .device/bin.
 set -uo pipefail
 out=${1:-$OUT}
 bin=${KERNEL_BENCH:-.device/bin/small_gemm_bench}
@@ -15,17 +14,15 @@ profile() {   # name kernel-regex bench args...
   echo "== $name: $("$bin" --one "$@")"
   grep -E "Memory Throughput|DRAM Throughput|Issue Slots Busy|Issued Warp Per Scheduler|Eligible Warps|Active Warps Per|Warp Cycles Per Issued|Achieved Occupancy|Executed Instructions  |Registers Per" "$out/ncu_$name.txt" | sed 's/  */ /g'
 }
-profile regs_n1 gemm_small 12 34816 5120 1 2 1 3 0
-profile staged_n1 gemm_q4k_staged 12 34816 5120 1 4 1 2 4
-profile regs_n16 gemm_small 12 34816 5120 16 2 1 2 0
-profile staged_n16 gemm_q4k_staged 12 34816 5120 16 4 1 2 4
-# instructions in each kernel's code, by opcode, for the two n = 1 kernels
+profile n1 gemm_small 12 34816 5120 1 2 1 3
+profile n16 gemm_small 12 34816 5120 16 2 1 3
+# the n = 1 kernel's instructions by opcode
 cuobjdump -sass "$bin" > "$out/sass_all.txt" 2>/dev/null
 python3 - "$out" <<'PY'
 import re, sys, collections
 out = sys.argv[1]
 text = open(f"{out}/sass_all.txt").read().split("Function : ")
-want = {"regs_n1": "gemm_smallINS1_7Q4KHalfELi1ELi2ELb0ELi3E", "staged_n1": "gemm_q4k_stagedILi1ELi4ELi4E"}
+want = {"n1": "gemm_smallINS1_7Q4KHalfELi1ELi2ELb0ELi3E"}
 with open(f"{out}/sass_counts.txt", "w") as f:
     for name, key in want.items():
         for part in text:

@@ -122,12 +122,11 @@ double rel_diff(const std::vector<float> & a, const std::vector<float> & ref) {
 
 } // namespace
 
-// --one TYPE ROWS K N ROW_TILES K_SPLITS BLOCKS_PER_SM STAGES: that one call, timed (for a profiler)
+// --one TYPE ROWS K N ROW_TILES K_SPLITS BLOCKS_PER_SM: that one call, timed (for a profiler)
 int run_one(char ** a) {
     const Shape s{"one", std::atoi(a[0]), std::atoll(a[1]), std::atoll(a[2])};
     const int n = std::atoi(a[3]);
-    luce::cuda::SmallGemmGeometry geo{std::atoi(a[4]), std::atoi(a[5]), std::atoi(a[6])};
-    geo.stages = std::atoi(a[7]);
+    const luce::cuda::SmallGemmGeometry geo{std::atoi(a[4]), std::atoi(a[5]), std::atoi(a[6])};
     std::mt19937 rng(99);
     const std::vector<uint8_t> host_w = random_weights(s, rng);
     const int copies = int(std::max<size_t>(1, (size_t(400) << 20) / host_w.size() + 1));
@@ -158,7 +157,7 @@ int run_one(char ** a) {
 }
 
 int main(int argc, char ** argv) {
-    if (argc == 10 && std::strcmp(argv[1], "--one") == 0) return run_one(argv + 2);
+    if (argc == 9 && std::strcmp(argv[1], "--one") == 0) return run_one(argv + 2);
     FILE * csv = argc > 1 ? std::fopen(argv[1], "w") : nullptr;
     if (csv) std::fprintf(csv, "shape,type,rows,k,n,row_tiles,k_splits,depth,us,gbps,rel_diff\n");
     cudaDeviceProp prop{};
@@ -186,8 +185,8 @@ int main(int argc, char ** argv) {
     struct Row {
         std::string shape;
         int n;
-        double old_gbps, auto_gbps, best_gbps, best_at_depth[3], staged_gbps;
-        luce::cuda::SmallGemmGeometry best, chosen, staged;
+        double old_gbps, auto_gbps, best_gbps, best_at_depth[3];
+        luce::cuda::SmallGemmGeometry best, chosen;
         double worst_diff;
     };
     std::vector<Row> table;
@@ -233,7 +232,7 @@ int main(int argc, char ** argv) {
             g.y_stride = s.rows;
             g.n_sm = prop.multiProcessorCount;
             const double gb = double(w_bytes) / 1e9;
-            Row row{s.name, n, 0, 0, 0, {0, 0, 0}, 0, {}, luce::cuda::small_gemm_geometry(g), {}, 0};
+            Row row{s.name, n, 0, 0, 0, {0, 0, 0}, {}, luce::cuda::small_gemm_geometry(g), 0};
             CHECK(cudaMemset(dy, 0xff, size_t(n) * size_t(s.rows) * 4));   // NaN: unwritten outputs show
             CHECK(cudaError_t(luce::cuda::small_gemm_quantize(g, scratch, nullptr)));
             CHECK(cudaError_t(luce::cuda::small_gemm_multiply(g, scratch, nullptr, {1, 1})));
@@ -276,41 +275,11 @@ int main(int argc, char ** argv) {
                         row.best_gbps = gbps;
                         row.best = geo;
                     }
-                    if (row.chosen.stages == 0 && rt == row.chosen.row_tiles && ksp == row.chosen.k_splits &&
-                        depths[di] == row.chosen.blocks_per_sm) {
+                    if (rt == row.chosen.row_tiles && ksp == row.chosen.k_splits && depths[di] == row.chosen.blocks_per_sm) {
                         row.auto_gbps = gbps;
                     }
                     if (csv) std::fprintf(csv, "%s,%d,%lld,%lld,%d,%d,%d,%d,%.2f,%.1f,%.3g\n", s.name, s.type, (long long) s.rows,
                                           (long long) s.k, n, rt, ksp, depths[di], ms * 1e3, gbps, diff);
-                }
-            }
-            // the shared-memory pipeline (Q4_K): row tiles x K splits x stages
-            for (int rt : {2, 4, 8}) {
-                for (int ns : {3, 4, 6}) {
-                    for (int ksp : {1, 2, 4, 8}) {
-                        if (s.type != 12 || ksp > s.k / 256) continue;
-                        luce::cuda::SmallGemmGeometry geo{rt, ksp, 2};
-                        geo.stages = ns;
-                        CHECK(cudaMemset(dy, 0xff, ref.size() * 4));
-                        g.w = dw[0];
-                        CHECK(cudaError_t(luce::cuda::small_gemm_multiply(g, scratch, nullptr, geo)));
-                        CHECK(cudaDeviceSynchronize());
-                        CHECK(cudaMemcpy(out.data(), dy, out.size() * 4, cudaMemcpyDeviceToHost));
-                        const double diff = rel_diff(out, ref);
-                        const float ms = time_calls(copies, 15, [&](int c) {
-                            g.w = dw[c];
-                            luce::cuda::small_gemm_multiply(g, scratch, nullptr, geo);
-                        });
-                        const double gbps = gb / (ms * 1e-3);
-                        row.worst_diff = std::max(row.worst_diff, diff);
-                        if (gbps > row.staged_gbps) {
-                            row.staged_gbps = gbps;
-                            row.staged = geo;
-                        }
-                        if (rt == row.chosen.row_tiles && ksp == row.chosen.k_splits && ns == row.chosen.stages) row.auto_gbps = gbps;
-                        if (csv) std::fprintf(csv, "%s,%d,%lld,%lld,%d,%d,%d,s%d,%.2f,%.1f,%.3g\n", s.name, s.type, (long long) s.rows,
-                                              (long long) s.k, n, rt, ksp, ns, ms * 1e3, gbps, diff);
-                    }
                 }
             }
             if (row.auto_gbps == 0) {   // the chosen geometry was reduced to one outside the sweep
@@ -342,16 +311,14 @@ int main(int argc, char ** argv) {
 #endif
     }
 
-    std::printf("\n%-20s %3s %6s %6s %6s %6s %6s %6s %-9s %6s %-9s %-9s %8s\n", "shape", "n", "old", "auto", "best", "b2", "b3", "b4",
-                "best", "staged", "staged at", "auto", "max diff");
+    std::printf("\n%-20s %3s %6s %6s %6s %6s %6s %6s %-9s %-9s %8s\n", "shape", "n", "old", "auto", "best", "b2", "b3", "b4", "best",
+                "auto", "max diff");
     for (const Row & r : table) {
-        std::printf("%-20s %3d %6.0f %6.0f %6.0f %6.0f %6.0f %6.0f %dx%dx%-5d %6.0f %dx%dxs%-4d %dx%dx%s%-4d %8.1e\n", r.shape.c_str(), r.n,
-                    r.old_gbps, r.auto_gbps, r.best_gbps, r.best_at_depth[0], r.best_at_depth[1], r.best_at_depth[2], r.best.row_tiles,
-                    r.best.k_splits, r.best.blocks_per_sm, r.staged_gbps, r.staged.row_tiles, r.staged.k_splits, r.staged.stages,
-                    r.chosen.row_tiles, r.chosen.k_splits, r.chosen.stages ? "s" : "b",
-                    r.chosen.stages ? r.chosen.stages : r.chosen.blocks_per_sm, r.worst_diff);
+        std::printf("%-20s %3d %6.0f %6.0f %6.0f %6.0f %6.0f %6.0f %dx%dx%-5d %dx%dx%-5d %8.1e\n", r.shape.c_str(), r.n, r.old_gbps,
+                    r.auto_gbps, r.best_gbps, r.best_at_depth[0], r.best_at_depth[1], r.best_at_depth[2], r.best.row_tiles,
+                    r.best.k_splits, r.best.blocks_per_sm, r.chosen.row_tiles, r.chosen.k_splits, r.chosen.blocks_per_sm, r.worst_diff);
     }
-    std::printf("(GB/s of weights; geometry = row tiles x K splits x blocks per SM (b) or pipeline stages (s))\n");
+    std::printf("(GB/s of weights; geometry = row tiles x K splits x blocks per SM)\n");
     if (csv) std::fclose(csv);
     return 0;
 }

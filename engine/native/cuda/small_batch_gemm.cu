@@ -134,111 +134,6 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_small(const uint8_t * __r
     reduce_and_store<NT, R>(acc, y, y_stride, block_row0, nrows, cols.n, partial, counters);
 }
 
-// ---- Q4_K through shared memory: a cp.async pipeline of `NS` stages -------------------------------
-// A stage is S = 8 / R superblocks of the block's 16R rows, each row's part one contiguous run of
-// 144 S bytes, copied with 16-byte cp.async (row_bytes is a multiple of 144, so every run is
-// 16-byte aligned) while the warps multiply an earlier stage: the loads in flight no longer depend
-// on how many registers a warp has. Warp w multiplies superblock w / R of each stage for tile w % R,
-// which is reduce_and_store's layout. The stage pitch keeps each row's words 8 banks apart (the
-// quads of a half-warp then read disjoint banks). The stage also holds its superblocks' quantized
-// activations (all 8 NT columns: one contiguous run of the scratch, padding included, never read),
-// so the multiply waits on no global load.
-__device__ __forceinline__ void cp_async16(void * smem, const void * gmem) {
-    const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-template <int R, int NT>
-struct Q4KStage {
-    static constexpr int kSuper = kWarps / R;                           // superblocks a stage
-    static constexpr int kRunBytes = kSuper * kQ4KBytes;                // one row's run
-    static constexpr int kPitch = kSuper == 1 ? 160 : kSuper == 2 ? 288 : 608;
-    static constexpr int kWeightBytes = kTileRows * R * kPitch;
-    static constexpr int kChunks = kTileRows * R * (kRunBytes / 16);
-    static constexpr int kXhPerSuper = 8 * (8 * NT) * 4 * 16;           // xh_index's bytes of a superblock
-    static constexpr int kSumPerSuper = 8 * NT * 16;                    // and of its sums
-    static constexpr int kBytes = kWeightBytes + kSuper * (kXhPerSuper + kSumPerSuper);
-};
-constexpr int kStagedBlocksPerSM = 2;
-
-template <int NT, int R, int NS>
-__global__ void __launch_bounds__(kThreads, kStagedBlocksPerSM) gemm_q4k_staged(const uint8_t * __restrict__ w, size_t row_bytes,
-                                                                               int64_t nrows, int64_t n_super, int64_t per_split,
-                                                                               const QuantizedCols cols, float * __restrict__ y,
-                                                                               int64_t y_stride, float * __restrict__ partial,
-                                                                               uint32_t * __restrict__ counters) {
-    using St = Q4KStage<R, NT>;
-    extern __shared__ __align__(16) uint8_t stages[];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int64_t block_row0 = int64_t(blockIdx.x) * kTileRows * R;
-    const int64_t begin = int64_t(blockIdx.y) * per_split, end = min(n_super, begin + per_split);
-    const int64_t n_stages = end > begin ? (end - begin + St::kSuper - 1) / St::kSuper : 0;
-
-    // Each thread's 16-byte chunks of a stage, the same in every stage but for the superblock offset:
-    // where they come from (relative to the block's first row and the stage's first superblock)
-    // and where they go in the slot. A chunk past the end of a partial last stage is skipped.
-    constexpr int kPerThread = (St::kChunks + kThreads - 1) / kThreads;
-    uint32_t src_off[kPerThread], dst_off[kPerThread];
-#pragma unroll
-    for (int m = 0; m < kPerThread; ++m) {
-        const int c = min(int(threadIdx.x) + m * kThreads, St::kChunks - 1);
-        const int r = c / (St::kRunBytes / 16), off = (c % (St::kRunBytes / 16)) * 16;
-        src_off[m] = uint32_t((min(block_row0 + r, nrows - 1) - block_row0) * int64_t(row_bytes)) + uint32_t(off);
-        dst_off[m] = uint32_t(r * St::kPitch + off);
-    }
-    const uint8_t * block_w = w + block_row0 * int64_t(row_bytes);
-
-    // Stage st into slot st % NS. Every thread commits a group each time, empty or not, so that
-    // wait_group counts the same stages in every thread.
-    auto issue = [&](int64_t st) {
-        if (st < n_stages) {
-            uint8_t * dst = stages + (st % NS) * St::kBytes;
-            const int64_t sb0 = begin + st * St::kSuper;
-            const uint8_t * src = block_w + sb0 * kQ4KBytes;
-            const int count = int(min(int64_t(St::kSuper), end - sb0));
-            const int run = count * kQ4KBytes;
-#pragma unroll
-            for (int m = 0; m < kPerThread; ++m) {
-                const bool owned = int(threadIdx.x) + m * kThreads < St::kChunks;
-                if (owned && (run == St::kRunBytes || int(dst_off[m] % St::kPitch) < run)) cp_async16(dst + dst_off[m], src + src_off[m]);
-            }
-            const uint8_t * xh = reinterpret_cast<const uint8_t *>(cols.xh) + sb0 * St::kXhPerSuper;
-            const uint8_t * xs = reinterpret_cast<const uint8_t *>(cols.xsum) + sb0 * St::kSumPerSuper;
-            uint8_t * dxh = dst + St::kWeightBytes;
-            uint8_t * dxs = dxh + St::kSuper * St::kXhPerSuper;
-            for (int c = threadIdx.x; c < count * (St::kXhPerSuper / 16); c += kThreads) cp_async16(dxh + 16 * c, xh + 16 * c);
-            for (int c = threadIdx.x; c < count * (St::kSumPerSuper / 16); c += kThreads) cp_async16(dxs + 16 * c, xs + 16 * c);
-        }
-        cp_async_commit();
-    };
-#pragma unroll
-    for (int st = 0; st < NS - 1; ++st) issue(st);
-
-    float acc[NT][4] = {};
-    const int tile = warp % R, mine = warp / R;
-    for (int64_t st = 0; st < n_stages; ++st) {
-        cp_async_wait<NS - 2>();   // stage st has landed (for this thread's copies)
-        __syncthreads();           // ... for every thread's, and stage st - 1's slot is free again
-        issue(st + NS - 1);
-        const int64_t i = begin + st * St::kSuper + mine;
-        if (i < end) {
-            const uint8_t * slot = stages + (st % NS) * St::kBytes;
-            const uint8_t * a = slot + (tile * kTileRows + g) * St::kPitch + mine * kQ4KBytes;
-            Q4KRows cur;
-            load_q4k(cur, a, a + 8 * St::kPitch, t);
-            QuantizedCols staged = cols;   // this stage's superblocks' activations, in shared memory
-            staged.xh = reinterpret_cast<const uint4 *>(slot + St::kWeightBytes);
-            staged.xsum = reinterpret_cast<const uint32_t *>(slot + St::kWeightBytes + St::kSuper * St::kXhPerSuper);
-            Q4KHalf::multiply<NT>(cur, acc, staged, mine, g, t);
-        }
-    }
-    cp_async_wait<0>();
-    reduce_and_store<NT, R>(acc, y, y_stride, block_row0, nrows, cols.n, partial, counters);
-}
-
 int n_tiles(int n) { return (n + 7) / 8; }
 int padded_cols(const SmallGemm & g) { return 8 * n_tiles(g.n); }
 
@@ -295,58 +190,9 @@ cudaError_t launch_format(const SmallGemm & g, const ScratchParts & p, SmallGemm
     }
 }
 
-template <int NT, int R, int NS>
-cudaError_t launch_staged_tiles(const SmallGemm & g, const ScratchParts & p, int splits, cudaStream_t s) {
-    const int64_t n_super = g.k / kQK;
-    const int64_t per_split = (n_super + splits - 1) / splits;
-    const dim3 grid(unsigned((g.nrows + kTileRows * R - 1) / (kTileRows * R)), unsigned(splits));
-    constexpr int smem = NS * Q4KStage<R, NT>::kBytes;
-    // more than 48 KiB of dynamic shared memory needs the opt-in, once per device
-    constexpr int kMaxDevices = 64;
-    static bool opted_in[kMaxDevices] = {};
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || device >= kMaxDevices) return cudaErrorInvalidDevice;
-    if (!opted_in[device]) {
-        const cudaError_t e = cudaFuncSetAttribute(gemm_q4k_staged<NT, R, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess) return e;
-        opted_in[device] = true;
-    }
-    gemm_q4k_staged<NT, R, NS><<<grid, kThreads, smem, s>>>(static_cast<const uint8_t *>(g.w), g.row_bytes, g.nrows, n_super,
-                                                            per_split, p.cols, g.y, g.y_stride, p.partial, p.counters);
-    return cudaGetLastError();
-}
-
-// What a block may hold on sm_90 (227 KiB); a deeper pipeline than fits is cut to one that does.
-constexpr int kMaxBlockSharedBytes = 227 * 1024;
-
-template <int NT, int R>
-cudaError_t launch_staged_depth(const SmallGemm & g, const ScratchParts & p, SmallGemmGeometry geo, cudaStream_t s) {
-    constexpr int slot = Q4KStage<R, NT>::kBytes;
-    if (geo.stages >= 6 && 6 * slot > kMaxBlockSharedBytes) geo.stages = 4;
-    if (geo.stages >= 4 && 4 * slot > kMaxBlockSharedBytes) geo.stages = 3;
-    switch (geo.stages) {
-        case 3: return launch_staged_tiles<NT, R, 3>(g, p, geo.k_splits, s);
-        case 6: return launch_staged_tiles<NT, R, 6>(g, p, geo.k_splits, s);
-        default: return launch_staged_tiles<NT, R, 4>(g, p, geo.k_splits, s);
-    }
-}
-
-template <int NT>
-cudaError_t launch_staged(const SmallGemm & g, const ScratchParts & p, SmallGemmGeometry geo, cudaStream_t s) {
-    switch (geo.row_tiles) {
-        case 8: return launch_staged_depth<NT, 8>(g, p, geo, s);
-        case 2: return launch_staged_depth<NT, 2>(g, p, geo, s);
-        default: return launch_staged_depth<NT, 4>(g, p, geo, s);
-    }
-}
-
 template <int NT>
 cudaError_t launch(const SmallGemm & g, const ScratchParts & p, SmallGemmGeometry geo, cudaStream_t s) {
-    if (g.type == 14) return launch_format<Q6KHalf, NT>(g, p, geo, s);
-    if constexpr (NT <= 2) {
-        if (geo.stages > 0) return launch_staged<NT>(g, p, geo, s);
-    }
-    return launch_format<Q4KHalf, NT>(g, p, geo, s);
+    return g.type == 14 ? launch_format<Q6KHalf, NT>(g, p, geo, s) : launch_format<Q4KHalf, NT>(g, p, geo, s);
 }
 
 int64_t row_blocks(const SmallGemm & g, int row_tiles) { return (g.nrows + kTileRows * row_tiles - 1) / (kTileRows * row_tiles); }
@@ -361,9 +207,6 @@ int max_splits(const SmallGemm & g, int row_tiles) {
 SmallGemmGeometry valid_geometry(const SmallGemm & g, SmallGemmGeometry geo) {
     if (geo.row_tiles != 1 && geo.row_tiles != 2 && geo.row_tiles != 4 && geo.row_tiles != 8) geo.row_tiles = 1;
     if (geo.blocks_per_sm != 3 && geo.blocks_per_sm != 4) geo.blocks_per_sm = 2;
-    // the staged kernel: Q4_K only, 2, 4 or 8 row tiles, 3, 4 or 6 stages, at most 16 columns
-    if (g.type != 12 || g.n > 16 || (geo.row_tiles != 2 && geo.row_tiles != 4 && geo.row_tiles != 8)) geo.stages = 0;
-    if (geo.stages != 0 && geo.stages != 3 && geo.stages != 6) geo.stages = 4;
     const int n_super = int(g.k / kQK);
     geo.k_splits = std::max(1, std::min({geo.k_splits, max_splits(g, geo.row_tiles), n_super}));
     return geo;

@@ -46,8 +46,6 @@ struct SmallGemmGeometry {
     int row_tiles = 0;        // 1, 2, 4 or 8
     int k_splits = 0;         // 1..kSmallGemmMaxSplits
     int blocks_per_sm = 2;    // 2, 3 or 4
-    int stages = 0;           // Q4_K: > 0 copies the weights through a shared-memory pipeline of
-                              // 3, 4 or 6 stages (2, 4 or 8 row tiles; two blocks an SM)
 };
 constexpr int kSmallGemmMaxSplits = 16;
 SmallGemmGeometry small_gemm_geometry(const SmallGemm & g);
