@@ -277,8 +277,8 @@ struct Q6KHalf : Q6KBlocks {
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const uint32_t v = q6k_values(cur, r, G);   // bytes e = 0..3: values 16G + 4t + e
-                a[r] = half2_bits(__hsub2(bits_half2(masked_into_half2<0x00FF00FFu>(v)), offset));             // e = 0, 2
-                a[2 + r] = half2_bits(__hsub2(bits_half2(masked_into_half2<0x00FF00FFu>(v >> 8)), offset));  // e = 1, 3
+                a[r] = half2_bits(__hsub2(bits_half2((v & 0x00FF00FFu) | 0x64006400u), offset));             // e = 0, 2
+                a[2 + r] = half2_bits(__hsub2(bits_half2(((v >> 8) & 0x00FF00FFu) | 0x64006400u), offset));  // e = 1, 3
                 ds[r] = cur.d[r] * float(int8_t(byte_of(cur.sc[r], G)));
             }
             // where values 16G + 4t + e lie in xh_index's layout: sub-block pair 2h + m/2, word t % 2,
