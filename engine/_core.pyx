@@ -35,7 +35,8 @@ def engine_defaults():
     return {"n_ctx": p.n_ctx, "n_batch": p.n_batch, "cache_type_k": _name_of(CACHE_TYPES, p.type_k),
             "cache_type_v": _name_of(CACHE_TYPES, p.type_v), "kv_rotation": p.kv_rotation,
             "n_verify_max": p.n_verify_max, "rollback": _name_of(ROLLBACKS, p.rollback),
-            "small_batch_kernels": p.small_batch_kernels, "debug_piecewise": p.debug_piecewise}
+            "small_batch_kernels": p.small_batch_kernels, "step_graphs": p.step_graphs,
+            "debug_piecewise": p.debug_piecewise}
 
 
 cdef inline int _check(luce_status st) except -1:
@@ -160,6 +161,7 @@ cdef luce_engine_params _engine_params(dict kw) except *:
     if "n_verify_max" in kw: p.n_verify_max = kw["n_verify_max"]
     if "rollback" in kw: p.rollback = ROLLBACKS[kw["rollback"]]
     if "small_batch_kernels" in kw: p.small_batch_kernels = kw["small_batch_kernels"]
+    if "step_graphs" in kw: p.step_graphs = kw["step_graphs"]
     if "debug_piecewise" in kw: p.debug_piecewise = kw["debug_piecewise"]
     return p
 
@@ -374,7 +376,7 @@ cdef class CoreEngine:
                 "n_graph_builds": s.n_graph_builds, "n_graph_reuses": s.n_graph_reuses,
                 "n_replayed_tokens": s.n_replayed_tokens,
                 "compute_buffer_bytes": s.compute_buffer_bytes,
-                "n_small_batch_evals": s.n_small_batch_evals}
+                "n_small_batch_evals": s.n_small_batch_evals, "n_step_graph_replays": s.n_step_graph_replays}
 
     def reset_stats(self):
         luce_engine_reset_stats(self.ptr)

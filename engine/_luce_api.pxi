@@ -75,6 +75,7 @@ cdef extern from "luce.h" nogil:
         int32_t n_verify_max
         luce_rollback rollback
         bint small_batch_kernels
+        bint step_graphs
         bint debug_piecewise
     luce_engine_params luce_engine_default_params()
 
@@ -146,6 +147,7 @@ cdef extern from "luce.h" nogil:
         int64_t n_replayed_tokens
         uint64_t compute_buffer_bytes
         int64_t n_small_batch_evals
+        int64_t n_step_graph_replays
     void luce_engine_stats(const luce_engine * engine, luce_stats * out)
     void luce_engine_reset_stats(luce_engine * engine)
     luce_status luce_engine_memory_plan(const luce_engine * engine, luce_memory_plan * plan)

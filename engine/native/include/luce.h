@@ -136,10 +136,12 @@ typedef struct luce_engine_params {
     bool    kv_rotation;        // Hadamard-rotate K/V for quantized caches (llama.cpp's default); default true
     int32_t n_verify_max;       // most tokens one luce_engine_verify() may hold for rollback; default 16
     luce_rollback rollback;     // how a commit rolls back recurrent state; default LUCE_ROLLBACK_REPLAY
-    bool    small_batch_kernels; // CUDA: verifies of 4..16 tokens run their quantized matmuls on luce's own
-                                 // kernels (cuda/small_batch_gemm.h); default true; no effect elsewhere
+    bool    small_batch_kernels; // CUDA: decode steps and verifies of 1..16 tokens run their quantized matmuls
+                                 // on luce's own kernels (cuda/small_batch_gemm.h); default true; no effect elsewhere
+    bool    step_graphs;        // CUDA, with small_batch_kernels: each such step is captured once as one CUDA graph
+                                // (ggml's nodes and ours) and replayed; default true
     bool    debug_piecewise;    // debugging, CPU only: compute every graph in pieces cut around its matmuls
-                                // (graph_pieces.h), which must match the scheduler bit for bit; default false
+                                // (graph_views.h), which must match the scheduler bit for bit; default false
 } luce_engine_params;
 
 LUCE_API luce_engine_params luce_engine_default_params(void);
@@ -280,8 +282,9 @@ typedef struct luce_stats {
     int64_t n_graph_reuses;
     int64_t n_replayed_tokens; // tokens recomputed to rebuild recurrent state (truncate, failures)
     uint64_t compute_buffer_bytes;
-    int64_t n_small_batch_evals; // evaluations of 4..16 tokens whose quantized matmuls ran on luce's
+    int64_t n_small_batch_evals; // evaluations of 1..16 tokens whose quantized matmuls ran on luce's
                                  // CUDA small-batch kernels (the rest of the graph on ggml's)
+    int64_t n_step_graph_replays; // of those, the ones replayed from one captured CUDA graph
 } luce_stats;
 
 LUCE_API void luce_engine_stats(const luce_engine * engine, luce_stats * out);

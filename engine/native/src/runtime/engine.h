@@ -72,7 +72,8 @@ public:
 private:
     // One graph launch over tokens [0, n) appended at the current end of the context: the graph
     // for its shape, its inputs, the computation, its outputs.
-    void eval(const int32_t * tokens, int32_t n, bool logits_all, bool verify = false);
+    // decode: a step's one token (prompts stay on the scheduler; see eval)
+    void eval(const int32_t * tokens, int32_t n, bool logits_all, bool verify = false, bool decode = false);
     ForwardGraph & select_graph(const GraphShape & shape, bool piecewise);
     void set_inputs(ForwardGraph & g, const int32_t * tokens, int32_t n);
     void read_outputs(ForwardGraph & g, bool logits_all, bool verify, bool replay_on_failure);
@@ -105,7 +106,7 @@ private:
     std::unique_ptr<SmallBatchRunner> small_batch_;   // CUDA: few-token graphs with our matmul kernels
     bool graph_piecewise_ = false;           // graph_ runs on small_batch_ (else on the scheduler)
     // params.debug_piecewise on a CPU: every graph computes in pieces cut around its matmuls
-    // (graph_pieces.h), which must give the scheduler's results bit for bit (tests/test_graph_pieces.py)
+    // (graph_views.h), which must give the scheduler's results bit for bit (tests/test_graph_pieces.py)
     bool debug_piecewise_ = false;
     ggml_status compute_in_pieces(ggml_cgraph * gf);
 
