@@ -6,6 +6,7 @@
 #include "attention_kv.h"
 #include "engine.h"
 #include "error.h"
+#include "gguf_file.h"
 
 #include <algorithm>
 #include <chrono>
@@ -24,7 +25,7 @@ constexpr uint32_t kIndexMagic = 0x5844494cu;   // "LIDX"
 struct Identity {
     char magic[8];
     uint32_t version;
-    uint32_t header_bytes;
+    uint32_t version_check;   // ~version: a damaged version is told from a newer one (every format keeps these 16 bytes)
     uint64_t model_file_size;
     uint64_t model_hash;
     char arch[32];
@@ -136,15 +137,29 @@ Index parse_index(const std::vector<uint8_t> & b, const std::string & path) {
 uint64_t record_checksum(const Record & r) { return Checksum64::of(&r, offsetof(Record, checksum)); }
 uint64_t identity_checksum(const Identity & id) { return Checksum64::of(&id, offsetof(Identity, checksum)); }
 
+// The metadata and tensor table, plus samples of the tensor data: two files with the same keys and
+// tensor layout (a fine-tune, a tiny test model of another seed) still differ here.
+uint64_t model_hash(const GgufFile & f) {
+    Checksum64 c;
+    c.update(f.mapped_data(0), f.data_offset());
+    constexpr size_t kSample = 4096, kSamples = 16;
+    const size_t data = f.file_size() - f.data_offset();
+    for (size_t i = 0; i < kSamples && data > 0; ++i) {
+        const size_t at = f.data_offset() + (data > kSample ? (data - kSample) / (kSamples - 1) * i : 0);
+        c.update(f.mapped_data(at), std::min(kSample, f.file_size() - at));
+    }
+    return c.digest();
+}
+
 Identity identity_of(Engine & e) {
     const Model & m = e.model();
     Identity id{};
     std::memcpy(id.magic, kMagic, sizeof kMagic);
     id.version = kStateFormatVersion;
-    id.header_bytes = uint32_t(kHeaderBytes);
+    id.version_check = ~kStateFormatVersion;
     if (!m.file) throw Error(LUCE_ERR_STATE, "the model's file is not open: cannot identify it in a state file");
     id.model_file_size = m.file->file_size();
-    id.model_hash = Checksum64::of(m.file->mapped_data(0), m.file->data_offset());
+    id.model_hash = model_hash(*m.file);
     std::strncpy(id.arch, m.hp.arch.c_str(), sizeof id.arch - 1);
     id.n_layer = m.hp.n_layer;
     id.n_embd = m.hp.n_embd;
@@ -173,6 +188,7 @@ Opened open_state(const std::string & path, bool writable, bool need_index) {
     if (size < sizeof(Identity)) damaged(path, "it is shorter than a state file's header (" + std::to_string(size) + " bytes)");
     o.file.read_exact(&o.id, sizeof o.id, 0);
     if (std::memcmp(o.id.magic, kMagic, sizeof kMagic) != 0) damaged(path, "it is not a luce state file (wrong magic)");
+    if (o.id.version_check != ~o.id.version) damaged(path, "its format version is damaged");
     if (o.id.version > kStateFormatVersion) {
         throw Error(LUCE_ERR_STATE_NEWER, "state file " + path + " has format version " + std::to_string(o.id.version) +
                                               ", newer than this luce reads (" + std::to_string(kStateFormatVersion) +
@@ -384,10 +400,16 @@ std::optional<luce_state_io> try_append(Engine & e, const std::string & path) {
     Staging st(e.model().dev);
     Writer w(o->file, o->rec.end, st);
     ix.segments = o->index.segments;
-    if (n > n_old) ix.segments.push_back(write_segment(e, w, n_old, n - n_old));
-    Record rec = write_tail(e, w, ix, logits);
-    rec.dead_bytes = dead;
-    o->file.sync();                          // the new data is on disk before the record points to it
+    Record rec{};
+    try {
+        if (n > n_old) ix.segments.push_back(write_segment(e, w, n_old, n - n_old));
+        rec = write_tail(e, w, ix, logits);
+        rec.dead_bytes = dead;
+        o->file.sync();                      // the new data is on disk before the record points to it
+    } catch (...) {
+        o->file.truncate_quietly(o->rec.end);   // the old state never reached past its end
+        throw;
+    }
     write_record(o->file, rec, o->rec.seq + 1);
     o->file.sync();
     io.bytes = rec.end - o->rec.end;

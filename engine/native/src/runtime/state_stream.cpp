@@ -105,6 +105,10 @@ void File::sync() {
     if (::fdatasync(fd_) != 0) io_fail(path_, "cannot sync it to disk", errno);
 }
 
+void File::truncate_quietly(uint64_t size) {
+    if (fd_ >= 0 && ::ftruncate(fd_, off_t(size)) == 0) ::fdatasync(fd_);
+}
+
 void File::close() {
     if (fd_ >= 0 && ::close(fd_) != 0) {
         fd_ = -1;

@@ -34,6 +34,7 @@ public:
     void read_exact(void * p, size_t n, uint64_t at) const;   // short: DAMAGED (truncated)
     void write_exact(const void * p, size_t n, uint64_t at);  // errors (ENOSPC, EROFS, ...): STATE_IO
     void sync();
+    void truncate_quietly(uint64_t size);   // best effort: drops bytes a failed write left past size
     void close();
     const std::string & path() const { return path_; }
 
