@@ -178,7 +178,7 @@ class SessionStates:
                                                        f"(the chat itself is): {e}")
                 return
         s = self.engine.stats()
-        if s.get("prefill_ms") and s["n_prefill_tokens"] >= 64:   # a speed worth quoting
+        if s.get("prefill_ms") and s["n_prefill_tokens"] > 0:   # this process's measured prefill speed
             try:
                 p.with_suffix(".json").write_text(json.dumps(
                     {"prefill_tok_s": s["n_prefill_tokens"] / (s["prefill_ms"] / 1e3)}))
