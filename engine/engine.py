@@ -7,6 +7,7 @@ that computes releases the GIL, so a UI thread keeps running while the engine wo
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -205,6 +206,28 @@ class Engine:
         boundary) so truncating back here is instant; a no-op for dense models."""
         with self._lock:
             self._core.checkpoint()
+
+    # -- state files -------------------------------------------------------------------------
+    def save_state(self, path, *, append: bool = True) -> dict:
+        """Save the context to a state file (luce_engine.state_files describes it). append: when path
+        holds an earlier state of this context, add only the new rows (crash-safe); else the whole
+        file is written beside it and renamed over it. Returns n_tokens, bytes (written), appended, ms.
+        Raises StateIOError (disk full, read-only, another writer) with the file left as it was."""
+        with self._lock:
+            return self._core.state_save(os.fspath(path), append)
+
+    def load_state(self, path) -> dict:
+        """Replace the context with a state file's: n_tokens, bytes (read), n_captured (draft feature
+        rows put back into the capture ring), ms. StateMismatchError / StateDamagedError /
+        StateNewerFormatError leave the engine as it was, except a payload whose checksum fails
+        while it is read (StateDamagedError saying so): the context is then empty."""
+        with self._lock:
+            return self._core.state_load(os.fspath(path))
+
+    def state_bytes(self) -> int:
+        """Bytes a full save_state() would write now."""
+        with self._lock:
+            return self._core.state_bytes()
 
     def cancel(self) -> None:
         """Stop the running prefill/step at the next graph boundary (any thread). The request

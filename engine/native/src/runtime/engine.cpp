@@ -489,6 +489,25 @@ void Engine::replay_context() {
     replay_tokens(context.data(), context.size());
 }
 
+void Engine::adopt_state(std::vector<int32_t> tokens, LogitRows::Saved last) {
+    tokens_ = std::move(tokens);
+    checkpoints_.clear();   // states of another context
+    pending_ = 0;
+    if (last.argmax >= 0) {
+        logits_.restore(std::move(last));
+    } else {
+        logits_.clear();
+    }
+}
+
+void Engine::drop_context() {
+    tokens_.clear();
+    logits_.clear();
+    checkpoints_.clear();
+    pending_ = 0;
+    kv_.rec.clear();
+}
+
 luce_stats Engine::stats() const {
     luce_stats s = stats_;
     s.compute_buffer_bytes = plan_.compute;

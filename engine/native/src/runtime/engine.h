@@ -69,6 +69,16 @@ public:
     void reset_stats() { stats_ = {}; }
     luce_memory_plan memory_plan() const { return plan_; }
 
+    // What state_file.cpp reads when it saves this context and replaces when it loads one.
+    ContextState & context_state() { return kv_; }
+    const luce_engine_params & params() const { return params_; }
+    bool has_pending() const { return pending_ > 0; }
+    LogitRows::Saved last_logits() { return logits_.save_last(); }
+    // A state file was read into the stores: the context is `tokens`, `last` the logits after them.
+    void adopt_state(std::vector<int32_t> tokens, LogitRows::Saved last);
+    // The stores no longer hold what tokens_ says (a read failed half-way): an empty context.
+    void drop_context();
+
 private:
     // One graph launch over tokens [0, n) appended at the current end of the context: the graph
     // for its shape, its inputs, the computation, its outputs.
