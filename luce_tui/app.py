@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Footer, Header
 
-from luce_tui import config, themes
+from luce_tui import config, events, themes
 from luce_tui.app_commands import CommandsMixin
 from luce_tui.attachments import Attachment, budget_error
 from luce_tui.conversation import Conversation
@@ -244,21 +244,15 @@ class LuceApp(CommandsMixin, App):
         self.chat.anchor()
         conv, opts = self.conv, self.opts
 
-        def work(job: Job):
-            # PFlash first: a compressed attachment is what has to fit the context
-            conv.compress_attachments(history, job.on_score)
-            if job.cancel_requested.is_set():   # Esc while scoring, or before the scorer cleared its flag
-                from luce_engine import GenerationCancelled
-
-                raise GenerationCancelled("cancelled")
-            prompt = conv.encode(history)
+        def admit(prompt: list[int]) -> None:
             problem = budget_error(len(prompt), self.engine.n_ctx, self._reply_reserve(), self.model.n_ctx_train,
                                    **self._advice_context(history))
             if problem:
                 raise BudgetError(problem)
-            return conv.respond(history, sampling=self.sampling, max_tokens=opts.max_tokens,
-                                on_progress=job.on_progress, on_step=job.on_step, on_start=job.on_start,
-                                stop=job.cancel_requested)
+
+        def work(job: Job):
+            return conv.run_turn(history, sampling=self.sampling, max_tokens=opts.max_tokens, emit=job.emit,
+                                 stop=job.cancel_requested, admit=admit, clock=job.clock)
 
         job = Job("reply", work, self, cancel=conv.cancel, clock=self.job_clock)
         job.info = {"msg": msg, "atts": atts, "widgets": widgets, "reply_w": reply_w, "edit": edit,
@@ -282,25 +276,24 @@ class LuceApp(CommandsMixin, App):
             await self._apply(self.job, self.job.drain())
             self._show_stats()
 
-    async def _apply(self, job: Job, events: list[tuple]) -> None:
+    async def _apply(self, job: Job, evs: list[events.Event]) -> None:
         """One frame's worth of queued events: one widget update for all the new text."""
         spans: list[tuple[str, bool]] = []
         live = self.live
-        for ev in events:
-            kind, t = ev[0], ev[1]
-            if kind == "start":
-                live.start(t, ev[2], ev[3])
-                live.ctx_used = ev[2]
-            elif kind == "progress":
-                live.progress(t, ev[2], ev[3])
-                live.ctx_used = live.reused + ev[2]
-            elif kind == "score":
-                live.score(t, ev[2], ev[3])
-            elif kind == "step":
-                step = ev[2]
-                live.step(t, step)
-                live.ctx_used = live.prompt_tokens + live.decode_tokens
-                spans.extend(step.spans)
+        for ev in evs:
+            match ev:
+                case events.Started(reused=reused, prompt_tokens=n, t=t):
+                    live.start(t, reused, n)
+                    live.ctx_used = reused
+                case events.PrefillProgress(done=done, total=total, t=t):
+                    live.progress(t, done, total)
+                    live.ctx_used = live.reused + done
+                case events.ScoringProgress(done=done, total=total, t=t):
+                    live.score(t, done, total)
+                case events.Step(t=t):
+                    live.step(t, ev)
+                    live.ctx_used = live.prompt_tokens + live.decode_tokens
+                    spans.extend(ev.spans)
         if spans and job.kind == "reply":
             await job.info["reply_w"].append(spans)
 

@@ -439,7 +439,8 @@ class _Progress:
 
 def run_once(runtime: Runtime, question: str, sampling, args) -> int:
     """-p: stream one answer to stdout; progress and stats go to stderr."""
-    from luce_tui.conversation import Conversation
+    from luce_tui import events
+    from luce_tui.conversation import Conversation, sigint_cancels
 
     conv = Conversation(runtime.engine, system=args.system, speculator=runtime.speculator,
                         compressor=runtime.compressor)
@@ -451,8 +452,32 @@ def run_once(runtime: Runtime, question: str, sampling, args) -> int:
         out.write(text)
         out.flush()
 
-    result = conv.reply(question, sampling=sampling, max_tokens=args.max_tokens, on_text=write, on_progress=progress)
+    failure: list[BaseException] = []
+    result = None
+
+    def emit(ev: events.Event) -> None:
+        nonlocal result
+        match ev:
+            case events.PrefillProgress(done=done, total=total):
+                progress(done, total)
+            case events.Step(text=text) if text:
+                write(text)
+            case events.Finished(result=r):
+                result = r
+            case events.Error(error=error):
+                failure.append(error)
+
+    with sigint_cancels(conv.cancel):
+        conv.run_turn([{"role": "user", "content": question}], sampling=sampling, max_tokens=args.max_tokens,
+                      emit=emit)
     progress.clear()
+    if failure:
+        from luce_engine import GenerationCancelled
+
+        if isinstance(failure[0], GenerationCancelled):   # Ctrl+C before the answer started
+            print("luce-chat: cancelled", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        raise failure[0]
     if result.compression and (args.stats or args.verbose):
         print(f"luce-chat: {result.compression}", file=sys.stderr)
     out.write("\n")

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable
 
 from prompt_toolkit.completion import Completer, Completion
 from prompt_toolkit.formatted_text import FormattedText
 
-from luce_tui import config, locations
-from luce_tui.conversation import Conversation, ConversationError
+from luce_tui import config, events, locations
+from luce_tui.conversation import Conversation, ConversationError, sigint_cancels
 
 COMMANDS = {
     "/help": "list the commands",
@@ -95,21 +94,36 @@ class Repl:
         try:
             if line.startswith("/"):
                 return self.command(line)
-            self._stream(lambda **kw: self.conv.reply(line, **kw))
+            self._stream(self.conv.messages + [{"role": "user", "content": line}])
         except ContextFullError as e:
             self.error(f"{e}; /new starts over, or restart with a larger --max-ctx")
         except (EngineError, ConversationError, ChatTemplateError, TokenizerError) as e:
             self.error(str(e))
         return True
 
-    def _stream(self, turn: Callable) -> None:
-        result = turn(sampling=self.sampling, max_tokens=self.max_tokens, on_text=self._write)
-        self._write("\n")
-        note = _FINISH_NOTES.get(result.finish_reason)
-        if note:
-            self.info(note)
-        if self.show_stats:
-            self.info(f"[{result.summary()}]")
+    def _stream(self, history: list[dict]) -> None:
+        """One reply to history, streamed as it comes; Ctrl+C stops it (the partial reply is kept).
+        The turn's error is raised for handle() to report."""
+        failure: list[BaseException] = []
+
+        def emit(ev: events.Event) -> None:
+            match ev:
+                case events.Step(text=text) if text:
+                    self._write(text)
+                case events.Finished(result=result):
+                    self._write("\n")
+                    note = _FINISH_NOTES.get(result.finish_reason)
+                    if note:
+                        self.info(note)
+                    if self.show_stats:
+                        self.info(f"[{result.summary()}]")
+                case events.Error(error=error):
+                    failure.append(error)
+
+        with sigint_cancels(self.conv.cancel):
+            self.conv.run_turn(history, sampling=self.sampling, max_tokens=self.max_tokens, emit=emit)
+        if failure:
+            raise failure[0]
 
     def command(self, line: str) -> bool:
         name, _, rest = line.partition(" ")
@@ -179,7 +193,7 @@ class Repl:
         ]))
 
     def cmd_retry(self, rest: str) -> None:
-        self._stream(self.conv.retry)
+        self._stream(self.conv.retry_history())
 
     def cmd_clear(self, rest: str) -> None:
         if self.tty:
