@@ -59,12 +59,30 @@ class _Parser(argparse.ArgumentParser):
                               f"(`{self.prog} --help` lists them)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(serve: bool = False) -> argparse.ArgumentParser:
+    """The flags of luce-chat; serve=True: those of `luce-chat serve` (the same model, engine,
+    speculation, PFlash and sampling flags, and the server's own instead of the modes)."""
     from luce_engine import Sampling
 
     chat = Sampling.chat_default()
+    if serve:
+        p = _Parser(prog="luce-chat serve",
+                    description="Serve the model over an OpenAI-compatible HTTP API (POST /v1/chat/completions).")
+        srv = p.add_argument_group("server")
+        srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+        srv.add_argument("--port", type=_non_negative, default=8080, help="port (default: 8080; 0 picks a free one)")
+        srv.add_argument("--api-key", metavar="KEY", help="require `Authorization: Bearer KEY` on /v1/*")
+        srv.add_argument("--max-queue", type=_non_negative, default=8, metavar="N",
+                         help="requests that may wait behind the running one; more get 429 (default: 8)")
+        srv.add_argument("--keepalive", type=float, default=10.0, metavar="S",
+                         help="seconds between SSE keep-alive comments while a stream has nothing to send (default: 10)")
+        srv.add_argument("--model-name", metavar="NAME",
+                         help="the model id in /v1/models and responses (default: the GGUF's file name)")
+        _model_flags(p, chat)
+        return p
     p = _Parser(
-        prog="luce-chat", description="Chat with a local GGUF model in the terminal (inference runs in-process).")
+        prog="luce-chat", description="Chat with a local GGUF model in the terminal (inference runs in-process).",
+        epilog="`luce-chat serve --help`: the OpenAI-compatible server on the same engine.")
     mode = p.add_argument_group("mode")
     mode.add_argument("-p", "--prompt", metavar="TEXT",
                       help="answer one question and exit (stream to stdout); '-' reads it from stdin")
@@ -76,7 +94,18 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--plan", action="store_true", help="print the memory plan for these settings and exit")
     mode.add_argument("--plan-memory", metavar="SIZE", default=None,
                       help="with --plan: check the plan against a device of this size (e.g. 24GiB) instead of this machine")
+    _model_flags(p, chat)
+    misc = p.add_argument_group("other")
+    misc.add_argument("--data-dir", metavar="DIR",
+                      help="where history is kept (default: $LUCE_DATA_DIR, else $XDG_DATA_HOME/luce)")
+    misc.add_argument("--theme", metavar="NAME", help="colour theme of the app: dark, light, high-contrast, "
+                      "or a file's name in ~/.config/luce/themes/ (default: dark)")
+    misc.add_argument("--stats", action="store_true", help="print a stats line on stderr after the reply")
+    return p
 
+
+def _model_flags(p: argparse.ArgumentParser, chat) -> None:
+    """The flags the app and the server share: model, engine, speculation, PFlash, sampling."""
     model = p.add_argument_group("model and engine")
     model.add_argument("--target", metavar="PATH", help="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
     model.add_argument("--draft", metavar="PATH",
@@ -133,16 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"most tokens per reply (default: {config.DEFAULT_MAX_TOKENS})")
     s.add_argument("--system", metavar="TEXT", help="system prompt (default: the model template's own)")
 
-    misc = p.add_argument_group("other")
-    misc.add_argument("--data-dir", metavar="DIR",
-                      help="where history is kept (default: $LUCE_DATA_DIR, else $XDG_DATA_HOME/luce)")
-    misc.add_argument("--theme", metavar="NAME", help="colour theme of the app: dark, light, high-contrast, "
-                      "or a file's name in ~/.config/luce/themes/ (default: dark)")
-    misc.add_argument("--config", metavar="PATH", help="config file (default: ~/.config/luce/config.toml)")
-    misc.add_argument("-v", "--verbose", action="store_true", help="model info and per-reply stats on stderr")
-    misc.add_argument("--stats", action="store_true", help="print a stats line on stderr after the reply")
-    misc.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    return p
+    common = p.add_argument_group("configuration")
+    common.add_argument("--config", metavar="PATH", help="config file (default: ~/.config/luce/config.toml)")
+    common.add_argument("-v", "--verbose", action="store_true", help="model info and per-reply stats on stderr")
+    common.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
 
 
 def _stdin_text() -> str:
@@ -499,6 +522,11 @@ def speculative_note(args) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        from luce_tui.serve import main as serve_main
+
+        return serve_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     from luce_tui import userconfig

@@ -201,23 +201,25 @@ class Conversation:
                                     tools=tools, **(template_kwargs or {}))
 
     def encode(self, history: list[dict] | None = None, add_generation_prompt: bool = True, *,
-               tools: list | None = None, template_kwargs: dict | None = None) -> list[int]:
+               tools: list | None = None, template_kwargs: dict | None = None, reply_prefix: str = "") -> list[int]:
         """Prompt tokens for the conversation, ending in the assistant header (unless
         add_generation_prompt is False: then just the history, e.g. to prefill a resumed chat).
         Only the template's markup may become control tokens; message text (typed or attached)
         is always tokenized as text, so a file that holds '<|im_end|>' cannot end its turn.
-        tools and template_kwargs go to the template (tool definitions are its markup)."""
+        tools and template_kwargs go to the template (tool definitions are its markup); reply_prefix
+        is markup that opens the reply (the server's forced tool call)."""
         tok = self.tokenizer
         chat = self.chat_messages(history)
         extra = dict(template_kwargs or {}, tools=tools)
         text = self.template.render(chat, add_generation_prompt=add_generation_prompt, **extra)
-        if self._encoded is not None and self._encoded[0] == text:
+        if self._encoded is not None and self._encoded[0] == text + reply_prefix:
             return list(self._encoded[1])
-        ids = tok.encode_parts(self._prompt_parts(chat, add_generation_prompt, text, extra), add_special=False)
+        parts = self._prompt_parts(chat, add_generation_prompt, text, extra) + [(reply_prefix, True)] * bool(reply_prefix)
+        ids = tok.encode_parts(parts, add_special=False)
         # Add BOS when the model wants one and the template did not already write it.
         if tok.add_bos and tok.bos_id is not None and ids[:1] != [tok.bos_id]:
             ids.insert(0, tok.bos_id)
-        self._encoded = (text, list(ids))
+        self._encoded = (text + reply_prefix, list(ids))
         return ids
 
     def _prompt_parts(self, chat: list[dict], add_generation_prompt: bool, text: str,
@@ -378,7 +380,8 @@ class Conversation:
 
     def run_turn(self, history: list[dict], *, sampling: Sampling, max_tokens: int, emit: Callable[[events.Event], object],
                  stop: threading.Event | None = None, stop_strings: Sequence[str] = (), tools: list | None = None,
-                 template_kwargs: dict | None = None, admit: Callable[[list[int]], object] | None = None,
+                 template_kwargs: dict | None = None, reply_prefix: str = "",
+                 admit: Callable[[list[int]], object] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> TurnResult | None:
         """Generate the assistant's reply to `history` (ending in a user or tool message) on the
         calling thread, handing each event of the reply to `emit` (events.py says their order);
@@ -387,7 +390,8 @@ class Conversation:
 
         stop: this turn's cancel request (set from any thread, also before the turn starts);
         cancel() sets it too. stop_strings end the reply where one appears (cut before it).
-        tools, template_kwargs: handed to the chat template (tool definitions, enable_thinking).
+        tools, template_kwargs: handed to the chat template (tool definitions, enable_thinking);
+        reply_prefix: markup the prompt writes as the start of the reply (not part of its text).
         admit(prompt ids): raise to refuse a prompt (the app's context budget). An exception
         raised by `emit` itself stops the engine and propagates (a closed pipe under -p)."""
         stop = stop or threading.Event()
@@ -408,7 +412,7 @@ class Conversation:
         try:
             try:
                 return self._turn(history, sampling, max_tokens, stop, stop_strings, tools, template_kwargs,
-                                  admit, out, progress, clock)
+                                  reply_prefix, admit, out, progress, clock)
             except _EmitFailed:
                 raise
             except Exception as e:
@@ -422,14 +426,14 @@ class Conversation:
             self._stop = None
             self._compressed = []
 
-    def _turn(self, history, sampling, max_tokens, stop, stop_strings, tools, template_kwargs, admit, out,
-              progress, clock) -> TurnResult:
+    def _turn(self, history, sampling, max_tokens, stop, stop_strings, tools, template_kwargs, reply_prefix, admit,
+              out, progress, clock) -> TurnResult:
         # PFlash first: a compressed attachment is what has to fit the context
         self.compress_attachments(history, progress(events.ScoringProgress))
         if stop.is_set():   # a cancel while scoring, or before the scorer cleared its flag
             raise GenerationCancelled("cancelled")
         compressed = self._compressed
-        prompt = self.encode(history, tools=tools, template_kwargs=template_kwargs)
+        prompt = self.encode(history, tools=tools, template_kwargs=template_kwargs, reply_prefix=reply_prefix)
         if not prompt:
             raise ConversationError("the chat template rendered an empty prompt")
         eng = self.engine
