@@ -95,6 +95,12 @@ def build_parser(serve: bool = False) -> argparse.ArgumentParser:
     mode.add_argument("--plan-memory", metavar="SIZE", default=None,
                       help="with --plan: check the plan against a device of this size (e.g. 24GiB) instead of this machine")
     _model_flags(p, chat)
+    remote = p.add_argument_group("remote backend (instead of the in-process engine)")
+    remote.add_argument("--remote", metavar="URL",
+                        help="chat with the model of an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 "
+                             "(luce-chat serve, llama.cpp, vLLM, SGLang …); the model flags then do not apply")
+    remote.add_argument("--api-key", metavar="KEY", help="with --remote: the server's API key")
+    remote.add_argument("--model", metavar="NAME", help="with --remote: the model to ask for (default: the server's first)")
     misc = p.add_argument_group("other")
     misc.add_argument("--data-dir", metavar="DIR",
                       help="where history is kept (default: $LUCE_DATA_DIR, else $XDG_DATA_HOME/luce)")
@@ -460,13 +466,15 @@ class _Progress:
             self.shown = False
 
 
-def run_once(runtime: Runtime, question: str, sampling, args) -> int:
-    """-p: stream one answer to stdout; progress and stats go to stderr."""
+def run_once(runtime: Runtime | None, question: str, sampling, args, conv=None) -> int:
+    """-p: stream one answer to stdout; progress and stats go to stderr. conv: the conversation to
+    use (a RemoteConversation for --remote), else one on the runtime's engine."""
     from luce_tui import events
     from luce_tui.conversation import Conversation, sigint_cancels
 
-    conv = Conversation(runtime.engine, system=args.system, speculator=runtime.speculator,
-                        compressor=runtime.compressor)
+    if conv is None:
+        conv = Conversation(runtime.engine, system=args.system, speculator=runtime.speculator,
+                            compressor=runtime.compressor)
     progress = _Progress()
     out = sys.stdout
 
@@ -507,10 +515,14 @@ def run_once(runtime: Runtime, question: str, sampling, args) -> int:
     out.flush()
     if args.stats or args.verbose:
         print(f"[{result.summary()}]", file=sys.stderr)
-    if args.verbose and runtime.spec_note:   # --stats keeps its one line
+    if args.verbose and runtime is not None and runtime.spec_note:   # --stats keeps its one line
         print(f"luce-chat: {runtime.spec_note}", file=sys.stderr)
     if result.finish_reason == "context":
         print("luce-chat: the context is full; raise --max-ctx for longer answers", file=sys.stderr)
+    if result.finish_reason == "dropped":
+        print("luce-chat: error: the server closed the stream before the reply ended (the partial reply is above)",
+              file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_INTERRUPTED if result.finish_reason == "cancelled" else 0
 
 
@@ -560,6 +572,10 @@ def main(argv: list[str] | None = None) -> int:
     from luce_engine.chat_template import ChatTemplateError
     from luce_engine.tokenizer import TokenizerError
 
+    if args.remote is not None:
+        return _run_remote(args, sampling, tui)
+    if args.api_key is not None or args.model is not None:
+        parser.error("--api-key and --model go with --remote")
     try:
         settings = config.engine_settings(args)
         if args.plan:
@@ -588,6 +604,33 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:     # `luce-chat -p ... | head`: the reader left; that is fine
         # Point stdout at /dev/null so the interpreter's final flush does not complain again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _run_remote(args, sampling, tui: bool) -> int:
+    """--remote: the same front ends on a RemoteConversation."""
+    from luce_tui.remote import RemoteConversation, RemoteError
+
+    if args.plan:
+        return _fail("--plan describes the in-process engine; it does not apply with --remote")
+    try:
+        conv = RemoteConversation(args.remote, api_key=args.api_key, model=args.model, system=args.system)
+        if tui:
+            from luce_tui.app import run_app
+
+            return run_app(None, sampling, args, conv=conv)
+        if args.prompt is not None:
+            return run_once(None, args.prompt, sampling, args, conv=conv)
+        from luce_tui.plain import run_plain
+
+        return run_plain(None, sampling, args, conv=conv)
+    except RemoteError as e:
+        return _fail(str(e))
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 

@@ -27,6 +27,7 @@ _FINISH_NOTES = {
     "cancelled": "[cancelled]",
     "length": "[stopped at --max-tokens]",
     "context": "[the context is full: /new starts over, --max-ctx allows more]",
+    "dropped": "[the server closed the stream before the reply ended; the partial reply is kept]",
 }
 
 
@@ -53,10 +54,14 @@ class Repl:
     """Commands and turns, independent of where lines come from (terminal or pipe)."""
 
     def __init__(self, runtime, sampling, *, system: str | None = None, max_tokens: int = 1024,
-                 show_stats: bool = False, tty: bool = False, out=None, err=None):
-        self.conv = Conversation(runtime.engine, system=system, speculator=runtime.speculator,
-                                 compressor=runtime.compressor)
-        self.engine, self.model = runtime.engine, runtime.engine.model
+                 show_stats: bool = False, tty: bool = False, out=None, err=None, conv=None):
+        """conv: the conversation to drive (a RemoteConversation for --remote; then runtime is None)."""
+        if conv is None:
+            conv = Conversation(runtime.engine, system=system, speculator=runtime.speculator,
+                                compressor=runtime.compressor)
+        self.conv = conv
+        self.engine = runtime.engine if runtime is not None else None
+        self.model = self.engine.model if self.engine is not None else conv.model
         self.sampling, self.max_tokens, self.show_stats, self.tty = sampling, max_tokens, show_stats, tty
         self.out, self.err = out or sys.stdout, err or sys.stderr
 
@@ -88,6 +93,8 @@ class Repl:
         from luce_engine.chat_template import ChatTemplateError
         from luce_engine.tokenizer import TokenizerError
 
+        from luce_tui.remote import RemoteError
+
         line = line.strip()
         if not line:
             return True
@@ -97,7 +104,7 @@ class Repl:
             self._stream(self.conv.messages + [{"role": "user", "content": line}])
         except ContextFullError as e:
             self.error(f"{e}; /new starts over, or restart with a larger --max-ctx")
-        except (EngineError, ConversationError, ChatTemplateError, TokenizerError) as e:
+        except (EngineError, ConversationError, ChatTemplateError, TokenizerError, RemoteError) as e:
             self.error(str(e))
         return True
 
@@ -165,6 +172,9 @@ class Repl:
 
     def cmd_stats(self, rest: str) -> None:
         eng, last = self.engine, self.conv.last
+        if eng is None:   # --remote: what the server reported
+            self.info(f"last reply: {last.summary()}" if last else "last reply: none yet")
+            return
         s = eng.stats()
         lines = [f"last reply: {last.summary()}" if last else "last reply: none yet",
                  f"context: {eng.n_past} of {eng.n_ctx} tokens in use, {len(self.conv.messages)} messages",
@@ -176,6 +186,9 @@ class Repl:
         from luce_tui import memory
 
         m, eng = self.model, self.engine
+        if eng is None:
+            self.info(f"model:   {m.name} on the server {m.url}" + (f"\ncontext: n_ctx {m.n_ctx}" if m.n_ctx else ""))
+            return
         # the same plan and verdict as `luce-chat --plan` and the app's /model
         plan = m.plan(n_ctx=eng.n_ctx, cache_type_k=eng.cache_type_k, cache_type_v=eng.cache_type_v,
                       n_verify_max=getattr(eng, "n_verify_max", 16), rollback=eng.rollback, check=False)
@@ -238,8 +251,9 @@ def _terminal_loop(repl: Repl, args) -> int:
     session = PromptSession(history=_history(args), completer=SlashCompleter(), complete_while_typing=True,
                             key_bindings=_key_bindings())
     m = repl.model
-    repl.info(f"luce-chat · {m.name} on {m.device} · n_ctx {repl.engine.n_ctx} · "
-              f"/help for commands, Ctrl+D to leave")
+    ctx = repl.engine.n_ctx if repl.engine is not None else m.n_ctx
+    repl.info(f"luce-chat · {m.name} on {m.device}" + (f" · n_ctx {ctx}" if ctx else "") +
+              " · /help for commands, Ctrl+D to leave")
     while True:
         try:
             line = session.prompt(FormattedText([("bold ansicyan", "› ")]))
@@ -257,10 +271,10 @@ def _pipe_loop(repl: Repl) -> int:
     return 0
 
 
-def run_plain(runtime, sampling, args) -> int:
+def run_plain(runtime, sampling, args, conv=None) -> int:
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     repl = Repl(runtime, sampling, system=args.system, max_tokens=args.max_tokens,
-                show_stats=args.stats or args.verbose, tty=tty)
+                show_stats=args.stats or args.verbose, tty=tty, conv=conv)
     try:
         return _terminal_loop(repl, args) if tty else _pipe_loop(repl)
     except KeyboardInterrupt:   # Ctrl+C between turns (outside a reply) just leaves

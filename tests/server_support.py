@@ -56,3 +56,43 @@ def serve(*flags: str, timeout: float = 60.0):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def llama_cpp_server(model_path: str, *, n_ctx: int = 2048, timeout: float = 60.0):
+    """llama-cpp-python's own OpenAI server (`python -m llama_cpp.server`) on the same GGUF: an
+    independent implementation of the API. Yields its /v1 URL."""
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", model_path, "--host", "127.0.0.1",
+                             "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                if httpx.get(url + "/models", timeout=1.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("llama_cpp.server did not start")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
