@@ -230,6 +230,8 @@ class _Reply:
 async def _next(job: Job, gone: asyncio.Future | None, timeout: float | None = None):
     """The job's next event; _Gone when `gone` (the disconnect watcher) fires first, TimeoutError
     after `timeout` seconds without one."""
+    if not job.events.empty():   # the common case mid-stream: no task, no timer
+        return job.events.get_nowait()
     if gone is None:
         return await asyncio.wait_for(job.events.get(), timeout)
     get = asyncio.ensure_future(job.events.get())
