@@ -71,13 +71,20 @@ class LuceApp(CommandsMixin, App):
         Binding("ctrl+n", "new_chat", "new chat", show=False),
     ]
 
-    def __init__(self, runtime, sampling, options: ChatOptions | None = None, *, store=None, store_error: str | None = None):
+    def __init__(self, runtime, sampling, options: ChatOptions | None = None, *, store=None, store_error: str | None = None,
+                 conv=None):
+        """conv: a RemoteConversation (--remote; runtime is None then): the model is on a server."""
         super().__init__()
-        self.runtime, self.engine, self.model = runtime, runtime.engine, runtime.engine.model
         self.sampling = sampling
         self.opts = options or ChatOptions()
-        self.conv = Conversation(self.engine, system=self.opts.system, speculator=runtime.speculator,
-                                 compressor=runtime.compressor)
+        self.remote = conv is not None
+        if conv is None:
+            self.runtime, self.engine, self.model = runtime, runtime.engine, runtime.engine.model
+            conv = Conversation(self.engine, system=self.opts.system, speculator=runtime.speculator,
+                                compressor=runtime.compressor)
+        else:
+            self.runtime, self.engine, self.model = runtime, conv.engine, conv.model
+        self.conv = conv
         self.store, self.store_error = store, store_error
         self.persist = None
         if store is not None:
@@ -129,8 +136,12 @@ class LuceApp(CommandsMixin, App):
         self.chat.anchor()
         self._update_title()
         m = self.model
+        ctx = f" · n_ctx {self.engine.n_ctx:,}" if self.engine.n_ctx else ""
         await self.say(f"luce-chat: /help lists the commands, Ctrl+P opens the palette · {self.model_label} "
-                       f"({m.arch}) on {m.device} · n_ctx {self.engine.n_ctx:,}")
+                       f"({m.arch}) on {m.device}{ctx}")
+        if self.remote:
+            await self.say("the model runs on the server: attachment sizes are estimates, PFlash and --draft "
+                           "are the server's settings")
         if self.opts.note:
             await self.say(self.opts.note, "warning")
         for w in warnings:
@@ -164,7 +175,8 @@ class LuceApp(CommandsMixin, App):
     @property
     def model_label(self) -> str:
         """The model as people name it: its file name (a GGUF's general.name is often a training tag)."""
-        name = Path(self.model.path).name
+        # (llama.cpp's server names its model by the file's path)
+        name = Path(self.model.name if self.remote else self.model.path).name
         return name[:-5] if name.endswith(".gguf") else name
 
     async def say(self, text: str, kind: str = "info") -> Notice:
@@ -244,7 +256,7 @@ class LuceApp(CommandsMixin, App):
         self.chat.anchor()
         conv, opts = self.conv, self.opts
 
-        def admit(prompt: list[int]) -> None:
+        def admit(prompt: list[int]) -> None:   # (a remote conversation has no prompt tokens to check)
             problem = budget_error(len(prompt), self.engine.n_ctx, self._reply_reserve(), self.model.n_ctx_train,
                                    **self._advice_context(history))
             if problem:
@@ -527,7 +539,7 @@ def _error_text(err: BaseException) -> str:
     return str(err) or type(err).__name__
 
 
-def run_app(runtime, sampling, args, *, note: str | None = None) -> int:
+def run_app(runtime, sampling, args, *, note: str | None = None, conv=None) -> int:
     """luce-chat without -p/--plain on a terminal."""
     from luce_tui import locations
 
@@ -562,7 +574,7 @@ def run_app(runtime, sampling, args, *, note: str | None = None) -> int:
                        resume=args.resume, draft=args.draft, pflash_scorer=args.pflash_scorer, note=note,
                        threads=args.threads or config.default_threads(),
                        history_file=_history_path(data), user_themes=locations.themes_dir())
-    app = LuceApp(runtime, sampling, opts, store=store, store_error=store_error)
+    app = LuceApp(runtime, sampling, opts, store=store, store_error=store_error, conv=conv)
     try:
         app.run()
     finally:

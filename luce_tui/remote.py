@@ -35,6 +35,37 @@ class RemoteModel:
     def __init__(self, url: str, name: str, n_ctx: int | None = None):
         self.url, self.name, self.path, self.n_ctx = url, name, url, n_ctx
         self.arch, self.device = "remote", url
+        self.n_ctx_train = n_ctx or 0
+        self.tokenizer = None   # the server tokenizes; attachment sizes are estimates (attachments.from_text)
+
+
+class RemoteEngine:
+    """What the app reads of its engine, for a model on a server: the context size when the server
+    says it (else 0: unknown, and the client-side budget checks are skipped; the server still
+    refuses a prompt that does not fit), and the tokens its last reply left in use."""
+
+    def __init__(self, conv: "RemoteConversation"):
+        self.conv, self.model = conv, conv.model
+        self.totals = {"n_prefill_tokens": 0, "prefill_ms": 0.0, "n_decode_tokens": 0, "decode_ms": 0.0}
+
+    @property
+    def n_ctx(self) -> int:
+        return self.model.n_ctx or 0
+
+    @property
+    def n_past(self) -> int:
+        last = self.conv.last
+        return last.prompt_tokens + last.generated_tokens if last is not None and self.conv.messages else 0
+
+    def stats(self) -> dict:
+        return dict(self.totals)
+
+    def count(self, result: TurnResult) -> None:
+        t = self.totals
+        t["n_prefill_tokens"] += result.prefill_tokens
+        t["prefill_ms"] += result.prefill_ms
+        t["n_decode_tokens"] += result.generated_tokens
+        t["decode_ms"] += result.decode_ms
 
 
 class RemoteConversation:
@@ -49,6 +80,7 @@ class RemoteConversation:
         self._stop: threading.Event | None = None
         self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0), headers=self.headers)
         self.model = self._model(model)
+        self.engine = RemoteEngine(self)
 
     # -- the server ----------------------------------------------------------------------------
     def _model(self, name: str | None) -> RemoteModel:
@@ -97,6 +129,9 @@ class RemoteConversation:
 
     def compress_attachments(self, history, progress=None):
         return None   # PFlash runs where the model runs; attachments go as text
+
+    def prefill_history(self, progress=None, stop=None) -> int:
+        return 0      # a resumed chat goes to the server whole with its next message
 
     def run_turn(self, history: list[dict], *, sampling, max_tokens: int, emit: Callable[[events.Event], object],
                  stop: threading.Event | None = None, clock: Callable[[], float] = time.monotonic,
@@ -188,6 +223,7 @@ class RemoteConversation:
             compression=luce.get("pflash"))
         self.messages = history + [{"role": "assistant", "content": reply}]
         self.last = result
+        self.engine.count(result)
         emit(events.Finished(result, clock()))
         return result
 
