@@ -93,7 +93,7 @@ def _tokenizer(script: list[str], template: str) -> tuple[list, int, dict[str, i
 
 def write_scripted_gguf(path, script: list[str], *, template: str = CHATML) -> str:
     """A model whose greedy reply to a prompt ending in "\\n" is "".join(script), then end of turn."""
-    cfg = TinyConfig(n_embd=64, n_layer=1, n_head=4, n_head_kv=2, head_dim=16, n_ff=64)
+    cfg = TinyConfig(n_embd=64, n_layer=1, n_head=4, n_head_kv=2, head_dim=16, n_ff=64, n_ctx_train=16384)
     tok_kvs, n_vocab, ids = _tokenizer(script, template)
     chain = [ord("\n")] + [ids[p] for p in script] + [ids["<|im_end|>"]]
     E = cfg.n_embd

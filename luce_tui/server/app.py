@@ -29,6 +29,7 @@ from luce_engine.tokenizer import TokenizerError
 from luce_tui import events
 from luce_tui.conversation import Conversation, ConversationError, PromptTooLong
 from luce_tui.server import schema
+from luce_tui.server.pflash import ServerPFlash
 from luce_tui.server.reply import ReplyAssembler
 from luce_tui.server.schema import APIError
 from luce_tui.server.worker import DONE, EngineWorker, Job, QueueFull
@@ -50,7 +51,10 @@ def create_app(runtime, sampling, options: ServerOptions | None = None) -> Starl
     opts = options or ServerOptions()
     model = runtime.engine.model
     model_id = opts.model_id or Path(model.path).name.removesuffix(".gguf")
+    # (the compressor is the conversation's so that a cancel reaches the scorer too; the server's
+    # messages have no attachments, ServerPFlash decides what is compressed)
     conv = Conversation(runtime.engine, speculator=runtime.speculator, compressor=runtime.compressor)
+    pflash = ServerPFlash(runtime.compressor, model.tokenizer) if runtime.compressor is not None else None
     worker = EngineWorker(conv, max_queue=opts.max_queue)
     created = int(time.time())
     tool_format = _tool_format(model.chat_template.source)
@@ -77,7 +81,7 @@ def create_app(runtime, sampling, options: ServerOptions | None = None) -> Starl
         authorize(request)
         req = schema.parse(await request.body(), sampling)
         prefix = _forced_prefix(req, tool_format)
-        job = Job(lambda job: _run(conv, req, prefix, opts, job), asyncio.get_running_loop())
+        job = Job(lambda job: _run(conv, pflash, req, prefix, opts, job), asyncio.get_running_loop())
         try:
             worker.submit(job)
         except QueueFull as e:
@@ -117,16 +121,24 @@ def create_app(runtime, sampling, options: ServerOptions | None = None) -> Starl
 
 
 # -- the engine side ----------------------------------------------------------------------------
-def _run(conv: Conversation, req: schema.ChatRequest, prefix: str, opts: ServerOptions, job: Job) -> None:
+def _run(conv: Conversation, pflash: ServerPFlash | None, req: schema.ChatRequest, prefix: str, opts: ServerOptions,
+         job: Job) -> None:
     """On the engine thread: one turn of the request's conversation."""
     if job.stop.is_set():
         job.emit(events.Error(GenerationCancelled("cancelled before it started")))
         return
     # the request's own system message is in its messages; --system stands in when it has none
     conv.system = opts.system if req.messages[0]["role"] != "system" else None
-    prompt_text = conv.render(req.messages, tools=req.tools, template_kwargs=req.template_kwargs)
+    messages = req.messages
+    if pflash is not None:
+        def progress(done: int, total: int) -> bool:
+            job.emit(events.ScoringProgress(done, total))
+            return not job.stop.is_set()
+
+        messages, job.info["pflash"] = pflash.apply(messages, progress)
+    prompt_text = conv.render(messages, tools=req.tools, template_kwargs=req.template_kwargs)
     job.info["thinking"] = prompt_text.rstrip().endswith("<think>") and not prefix
-    conv.run_turn(req.messages, sampling=req.sampling, max_tokens=req.max_tokens or opts.max_tokens or conv.engine.n_ctx,
+    conv.run_turn(messages, sampling=req.sampling, max_tokens=req.max_tokens or opts.max_tokens or conv.engine.n_ctx,
                   emit=job.emit, stop=job.stop, stop_strings=req.stop, tools=req.tools,
                   template_kwargs=req.template_kwargs, reply_prefix=prefix)
 
@@ -182,6 +194,7 @@ class _Reply:
         self.result = None
 
     def start(self, job: Job) -> None:
+        self.job = job
         self.asm = ReplyAssembler(thinking=job.info.get("thinking", False), tools=self.req.tools, prefix=self.prefix)
 
     def finish_reason(self) -> str:
@@ -206,7 +219,7 @@ class _Reply:
                             "predicted_ms": round(r.decode_ms, 3), "predicted_per_second": round(r.decode_tps, 2)},
                 "reused_tokens": r.reused_tokens, "finish": r.finish_reason, "n_steps": r.n_steps,
                 "n_drafted": r.n_drafted, "n_accepted": r.n_accepted, "accept_length": r.accept_length,
-                "pflash": r.compression}
+                "pflash": self.job.info.get("pflash")}
 
     def chunk(self, delta: dict, finish: str | None = None, **extra) -> str:
         spans = delta.pop("_spans", None)
