@@ -237,3 +237,31 @@ def test_non_streaming_disconnect_cancels():
             httpx.post(s.url + "/chat/completions", timeout=1.0, json={
                 "messages": [{"role": "user", "content": "Write a very long story."}], "max_tokens": 4000})
         _wait(lambda: not _busy(s)["busy"], timeout=10, what="the cancelled request to stop")
+
+
+def test_draft_through_the_server_equals_in_process_and_streams_provenance():
+    """--draft default: the server's reply is the in-process speculative reply (same loader, same
+    engine), and its stream carries which text came from accepted drafts."""
+    from luce_tui import cli, config, userconfig
+    from luce_tui.remote import RemoteConversation
+
+    flags = ["--max-ctx", str(CTX), "--draft", "default", "--device", "cpu", "--threads", "1"]
+    args = cli.build_parser().parse_args(flags)
+    userconfig.merge(args, {})
+    runtime = cli.load(config.engine_settings(args))
+    local = Conversation(runtime.engine, speculator=runtime.speculator).respond(QUESTION, sampling=GREEDY, max_tokens=48)
+    assert local.n_accepted > 0
+    with serve(*flags) as s:
+        c = s.client()
+        r = c.chat.completions.create(model="any", messages=QUESTION, temperature=0, max_tokens=48)
+        assert r.choices[0].message.content == local.text
+        assert r.model_extra["luce"]["n_accepted"] == local.n_accepted and r.model_extra["luce"]["accept_length"]
+        chunks = list(c.chat.completions.create(model="any", messages=QUESTION, temperature=0, max_tokens=48,
+                                                stream=True))
+        spans = [sp for ch in chunks for sp in (ch.model_extra.get("luce") or {}).get("spans", [])]
+        assert any(drafted for _, drafted in spans)
+        # a luce client sees the same provenance (the app highlights it)
+        remote, steps = RemoteConversation(s.url), []
+        remote.run_turn(QUESTION, sampling=GREEDY, max_tokens=48, emit=steps.append)
+        drafted_text = "".join(t for ev in steps if hasattr(ev, "spans") for t, d in ev.spans if d)
+        assert drafted_text and remote.messages[-1]["content"] == local.text
