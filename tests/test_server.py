@@ -265,3 +265,28 @@ def test_draft_through_the_server_equals_in_process_and_streams_provenance():
         remote.run_turn(QUESTION, sampling=GREEDY, max_tokens=48, emit=steps.append)
         drafted_text = "".join(t for ev in steps if hasattr(ev, "spans") for t, d in ev.spans if d)
         assert drafted_text and remote.messages[-1]["content"] == local.text
+
+
+def test_hybrid_model_reuses_the_prefix_across_requests(tmp_path):
+    """A qwen35 (DeltaNet hybrid) target: its recurrent state cannot be cut back, so follow-ups reuse
+    the context through the turn checkpoints; each turn still prefills only its new tokens."""
+    from tools.tiny_gguf import TinyConfig, write_tiny_gguf
+
+    path = write_tiny_gguf(tmp_path / "hybrid.gguf", TinyConfig(arch="qwen35", n_layer=4, head_dim=32,
+                                                                tokenizer_from=le.default_model_path()))
+    with serve("--target", path, "--max-ctx", "1024") as s:
+        c, messages = s.client(), []
+        for turn in range(4):
+            messages.append({"role": "user", "content": f"Turn {turn}: say something."})
+            r = c.chat.completions.create(model="any", messages=messages, temperature=0, max_tokens=6)
+            if turn:
+                assert r.usage.prompt_tokens_details.cached_tokens >= previous, turn
+                assert r.model_extra["luce"]["timings"]["prompt_n"] < 25
+            previous = r.usage.prompt_tokens
+            messages.append({"role": "assistant", "content": r.choices[0].message.content})
+        # an edited earlier turn rewinds to the checkpoint before it; the answer equals a fresh server's
+        edited = messages[:2] + [{"role": "user", "content": "Turn 1, edited."}]
+        again = c.chat.completions.create(model="any", messages=edited, temperature=0, max_tokens=6)
+    with serve("--target", path, "--max-ctx", "1024") as fresh:
+        first = fresh.client().chat.completions.create(model="any", messages=edited, temperature=0, max_tokens=6)
+    assert again.choices[0].message.content == first.choices[0].message.content

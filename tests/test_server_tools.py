@@ -113,3 +113,22 @@ def test_reasoning_content_streams_apart_from_the_answer(tmp_path_factory):
         reasoning = [d.model_extra.get("reasoning_content") for d in deltas if d.model_extra.get("reasoning_content")]
         assert "".join(reasoning) == "The user asks about France." and len(reasoning) >= 2
         assert "".join(d.content or "" for d in deltas) == "Paris is the capital."
+
+
+def test_named_tool_choice_opens_the_call_in_the_prompt(tmp_path_factory):
+    """tool_choice naming a function: the prompt ends in `<tool_call>\\n<function=NAME>\\n`, so the model
+    continues inside the call (this scripted model writes only the parameters and the closing tags)."""
+    params = ["<parameter=city>", "\nParis\n", "</parameter>", "\n</function>", "\n</tool_call>"]
+    with _server(tmp_path_factory, "xml-params", params, QWEN35_TOOLS) as s:
+        c = s.client()
+        auto = c.chat.completions.create(model="any", messages=ASK, tools=TOOLS)
+        assert auto.choices[0].message.tool_calls is None          # not a call without its opening
+        forced = c.chat.completions.create(model="any", messages=ASK, tools=TOOLS,
+                                           tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        (call,) = forced.choices[0].message.tool_calls
+        assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+        assert forced.choices[0].finish_reason == "tool_calls"
+        with pytest.raises(Exception) as e:
+            c.chat.completions.create(model="any", messages=ASK, tools=TOOLS,
+                                      tool_choice={"type": "function", "function": {"name": "nope"}})
+        assert e.value.status_code == 400 and e.value.body["param"] == "tool_choice"
