@@ -290,3 +290,14 @@ def test_hybrid_model_reuses_the_prefix_across_requests(tmp_path):
     with serve("--target", path, "--max-ctx", "1024") as fresh:
         first = fresh.client().chat.completions.create(model="any", messages=edited, temperature=0, max_tokens=6)
     assert again.choices[0].message.content == first.choices[0].message.content
+
+
+def test_keepalive_comments_during_a_long_prefill():
+    with serve("--max-ctx", "4096", "--keepalive", "0.1") as s:
+        body = {"messages": [{"role": "user", "content": "word " * 1200}], "max_tokens": 2, "stream": True}
+        with httpx.stream("POST", s.url + "/chat/completions", json=body, timeout=60) as r:
+            lines = [line for line in r.iter_lines() if line]
+    assert ": keep-alive" in lines[:lines.index("data: [DONE]")]
+    assert lines[-1] == "data: [DONE]"
+    first = json.loads(lines[0][6:])
+    assert first["choices"][0]["delta"]["role"] == "assistant"

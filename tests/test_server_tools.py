@@ -132,3 +132,28 @@ def test_named_tool_choice_opens_the_call_in_the_prompt(tmp_path_factory):
             c.chat.completions.create(model="any", messages=ASK, tools=TOOLS,
                                       tool_choice={"type": "function", "function": {"name": "nope"}})
         assert e.value.status_code == 400 and e.value.body["param"] == "tool_choice"
+
+
+def test_reasoning_effort_and_template_kwargs_reach_the_template(tmp_path_factory):
+    """A template that writes an empty think block itself when enable_thinking is false (as Qwen3's
+    does): reasoning_effort none, or chat_template_kwargs, turn thinking off in the prompt."""
+    template = CHATML.replace("<|im_start|>assistant{{ '\n' }}{% endif %}",
+                              "<|im_start|>assistant{{ '\n' }}{% if enable_thinking is defined and not "
+                              "enable_thinking %}<think>{{ '\n\n' }}</think>{{ '\n\n' }}{% endif %}{% endif %}")
+    assert template != CHATML
+    script = ["<think>", "Hmm.", "</think>", "\n\nParis."]
+    empty_block = len("<think>\n\n</think>\n\n")   # byte tokens
+    with _server(tmp_path_factory, "effort", script, template) as s:
+        c = s.client()
+        on = c.chat.completions.create(model="any", messages=ASK)
+        assert on.choices[0].message.model_extra["reasoning_content"] == "Hmm."
+        assert on.choices[0].message.content == "Paris."
+        off = c.chat.completions.create(model="any", messages=ASK, reasoning_effort="none")
+        kw = c.chat.completions.create(model="any", messages=ASK,
+                                       extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        high = c.chat.completions.create(model="any", messages=ASK, reasoning_effort="high")
+        assert off.usage.prompt_tokens == kw.usage.prompt_tokens == on.usage.prompt_tokens + empty_block
+        assert high.usage.prompt_tokens == on.usage.prompt_tokens
+        with pytest.raises(Exception) as e:
+            c.chat.completions.create(model="any", messages=ASK, reasoning_effort="extreme")
+        assert e.value.status_code == 400 and e.value.body["param"] == "reasoning_effort"
