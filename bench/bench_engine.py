@@ -140,6 +140,8 @@ def main() -> int:
                     help="how a verify's rejected tokens are rolled back (default: the engine's)")
     ap.add_argument("--small-batch-kernels", choices=("on", "off"), default=None,
                     help="luce's CUDA kernels for small batches (default: the engine's)")
+    ap.add_argument("--step-graphs", choices=("on", "off"), default=None,
+                    help="each small-batch step as one captured CUDA graph (default: the engine's)")
     ap.add_argument("--fuse-weights", choices=("on", "off"), default=None,
                     help="fused projection weights at load (default: the engine's)")
     ap.add_argument("--repack-weights", choices=("on", "off"), default=None,
@@ -160,6 +162,8 @@ def main() -> int:
     engine_params = {} if args.rollback is None else {"rollback": args.rollback}
     if args.small_batch_kernels is not None:
         engine_params["small_batch_kernels"] = args.small_batch_kernels == "on"
+    if args.step_graphs is not None:
+        engine_params["step_graphs"] = args.step_graphs == "on"
     ours = LucePeer(path, device=args.device, n_ctx=n_ctx, n_threads=args.threads,
                     n_verify_max=max(verify_sizes + [16]), model_params=model_params, engine_params=engine_params)
     n_vocab = ours.model.n_vocab
@@ -207,6 +211,7 @@ def main() -> int:
         verify["luce"][n].update({"steady_ms": steady, "steady_steps": steady / (1e3 / med["luce"]),
                                   "commit_half_ms": statistics.median(ours.commit_ms(prompt, batch, n // 2, max(10, args.repeats)))})
     small_batch_evals = ours.engine.stats().get("n_small_batch_evals", 0)
+    step_graph_replays = ours.engine.stats().get("n_step_graph_replays", 0)
     info = {"model": ours.model.name, "weights": ours.model.weight_types, "backend_device": ours.model.device}
     has_peer = "llama.cpp" in peers
     del ours, peers   # free the device before llama-bench loads the file again
@@ -222,7 +227,7 @@ def main() -> int:
         "greedy_tokens_identical": same_tokens if has_peer else None,
         "prefill_tok_s": prefill,
         "verify": verify,
-        "small_batch_evals": small_batch_evals,
+        "small_batch_evals": small_batch_evals, "step_graph_replays": step_graph_replays,
         "prefill_ratio": {n: ratio(prefill["luce"][n], prefill.get("llama.cpp", {}).get(n)) for n in prefill_lengths},
         "llama_bench": bench,
     }
@@ -251,7 +256,8 @@ def main() -> int:
               + (f"   llama-bench {lb['batch_ms'][n]:.1f}" if n in lb["batch_ms"] else ""))
     print("verify: after a fresh prefill each time (both engines); luce steady: repeated verify + commit(0); "
           "commit n/2: the rollback keeping half the tokens; llama-bench: one n-token batch on an empty context")
-    print(f"luce evaluations on the CUDA small-batch kernels: {small_batch_evals}")
+    print(f"luce evaluations on the CUDA small-batch kernels: {small_batch_evals}, "
+          f"of them replayed as one CUDA graph: {step_graph_replays}")
     print(f"greedy tokens identical: {result['greedy_tokens_identical']}   json: {out}")
     return 0
 

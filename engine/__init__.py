@@ -28,6 +28,11 @@ from luce_engine.errors import (
     ModelFileError,
     ModelFormatError,
     ModelValidationError,
+    StateDamagedError,
+    StateFileError,
+    StateIOError,
+    StateMismatchError,
+    StateNewerFormatError,
     UnsupportedModelError,
 )
 from luce_engine.model import Model, devices
@@ -39,6 +44,7 @@ __all__ = [
     "EngineError", "ModelFileError", "ModelFormatError", "ModelValidationError", "UnsupportedModelError",
     "DeviceError", "InsufficientMemoryError", "ContextFullError", "GenerationCancelled", "EngineStateError",
     "ComputeError", "InvalidArgumentError", "DraftModel", "DraftMismatchError", "Scorer",
+    "StateFileError", "StateMismatchError", "StateDamagedError", "StateNewerFormatError", "StateIOError",
 ]
 
 

@@ -10,6 +10,8 @@ from cpython.ref cimport PyObject
 
 include "_luce_api.pxi"
 
+import os
+
 import numpy as np
 
 from luce_engine.errors import STATUS_ERRORS, EngineError
@@ -35,7 +37,8 @@ def engine_defaults():
     return {"n_ctx": p.n_ctx, "n_batch": p.n_batch, "cache_type_k": _name_of(CACHE_TYPES, p.type_k),
             "cache_type_v": _name_of(CACHE_TYPES, p.type_v), "kv_rotation": p.kv_rotation,
             "n_verify_max": p.n_verify_max, "rollback": _name_of(ROLLBACKS, p.rollback),
-            "small_batch_kernels": p.small_batch_kernels, "debug_piecewise": p.debug_piecewise}
+            "small_batch_kernels": p.small_batch_kernels, "step_graphs": p.step_graphs,
+            "debug_piecewise": p.debug_piecewise}
 
 
 cdef inline int _check(luce_status st) except -1:
@@ -92,6 +95,48 @@ cdef dict _plan_dict(luce_memory_plan * p):
             "outputs": p.outputs,
             "total": p.total, "device_free": p.device_free, "device_need": p.device_need,
             "device_budget": p.device_budget, "n_ctx": p.n_ctx}
+
+
+cdef dict _state_io_dict(luce_state_io * io):
+    return {"n_tokens": io.n_tokens, "bytes": io.bytes, "appended": io.appended, "n_captured": io.n_captured,
+            "ms": io.ms}
+
+
+def state_file_info(str path):
+    """The header of a state file as a dict (luce_state_file_info_read)."""
+    cdef bytes p = os.fsencode(path)
+    cdef const char * cp = p
+    cdef luce_state_info i
+    cdef luce_status st
+    with nogil:
+        st = luce_state_file_info_read(cp, &i)
+    _check(st)
+    return {"format_version": i.format_version, "n_tokens": i.n_tokens, "n_ctx": i.n_ctx,
+            "cache_type_k": _CACHE_NAMES.get(i.type_k, "?"), "cache_type_v": _CACHE_NAMES.get(i.type_v, "?"),
+            "kv_rotation": i.kv_rotation, "arch": i.arch.decode("utf-8", "replace"),
+            "model_file_size": i.model_file_size, "model_hash": i.model_hash, "file_bytes": i.file_bytes,
+            "live_bytes": i.live_bytes, "n_capture_rows": i.n_capture_rows}
+
+
+def state_file_tokens(str path):
+    """The token ids of a state file's context (list of int)."""
+    cdef bytes p = os.fsencode(path)
+    cdef const char * cp = p
+    cdef int32_t n = 0
+    cdef luce_status st
+    with nogil:
+        st = luce_state_file_tokens(cp, NULL, 0, &n)
+    _check(st)
+    out = np.empty(max(n, 1), dtype=np.int32)
+    cdef int32_t[::1] buf = out
+    cdef int32_t got = 0
+    with nogil:
+        st = luce_state_file_tokens(cp, &buf[0], n, &got)
+    _check(st)
+    return [int(t) for t in out[:min(n, got)]]
+
+
+_CACHE_NAMES = {0: "f16", 1: "q8_0", 2: "q4_0"}
 
 
 cdef class CoreModel:
@@ -160,6 +205,7 @@ cdef luce_engine_params _engine_params(dict kw) except *:
     if "n_verify_max" in kw: p.n_verify_max = kw["n_verify_max"]
     if "rollback" in kw: p.rollback = ROLLBACKS[kw["rollback"]]
     if "small_batch_kernels" in kw: p.small_batch_kernels = kw["small_batch_kernels"]
+    if "step_graphs" in kw: p.step_graphs = kw["step_graphs"]
     if "debug_piecewise" in kw: p.debug_piecewise = kw["debug_piecewise"]
     return p
 
@@ -359,6 +405,34 @@ cdef class CoreEngine:
     def n_logits(self):
         return luce_engine_n_logits(self.ptr)
 
+    def state_bytes(self):
+        cdef uint64_t b = 0
+        cdef luce_status st
+        with nogil:
+            st = luce_engine_state_bytes(self.ptr, &b)
+        _check(st)
+        return b
+
+    def state_save(self, str path, bint allow_append=True):
+        cdef bytes p = os.fsencode(path)
+        cdef const char * cp = p
+        cdef luce_state_io io
+        cdef luce_status st
+        with nogil:
+            st = luce_engine_state_save(self.ptr, cp, allow_append, &io)
+        _check(st)
+        return _state_io_dict(&io)
+
+    def state_load(self, str path):
+        cdef bytes p = os.fsencode(path)
+        cdef const char * cp = p
+        cdef luce_state_io io
+        cdef luce_status st
+        with nogil:
+            st = luce_engine_state_load(self.ptr, cp, &io)
+        _check(st)
+        return _state_io_dict(&io)
+
     def tokens(self):
         cdef int32_t n = luce_engine_n_past(self.ptr)
         if n == 0:
@@ -374,7 +448,7 @@ cdef class CoreEngine:
                 "n_graph_builds": s.n_graph_builds, "n_graph_reuses": s.n_graph_reuses,
                 "n_replayed_tokens": s.n_replayed_tokens,
                 "compute_buffer_bytes": s.compute_buffer_bytes,
-                "n_small_batch_evals": s.n_small_batch_evals}
+                "n_small_batch_evals": s.n_small_batch_evals, "n_step_graph_replays": s.n_step_graph_replays}
 
     def reset_stats(self):
         luce_engine_reset_stats(self.ptr)

@@ -1,5 +1,5 @@
 # Declarations of the C API in native/include/luce.h, textually included by _core.pyx.
-from libc.stdint cimport int32_t, uint8_t, uint64_t, int64_t
+from libc.stdint cimport int32_t, uint32_t, uint8_t, uint64_t, int64_t
 from libcpp cimport bool as cbool
 
 cdef extern from "luce.h" nogil:
@@ -17,6 +17,10 @@ cdef extern from "luce.h" nogil:
         LUCE_ERR_STATE
         LUCE_ERR_COMPUTE
         LUCE_ERR_DRAFT_MISMATCH
+        LUCE_ERR_STATE_MISMATCH
+        LUCE_ERR_STATE_DAMAGED
+        LUCE_ERR_STATE_NEWER
+        LUCE_ERR_STATE_IO
 
     const char * luce_last_error()
     void luce_set_verbose(bint verbose)
@@ -75,6 +79,7 @@ cdef extern from "luce.h" nogil:
         int32_t n_verify_max
         luce_rollback rollback
         bint small_batch_kernels
+        bint step_graphs
         bint debug_piecewise
     luce_engine_params luce_engine_default_params()
 
@@ -146,9 +151,36 @@ cdef extern from "luce.h" nogil:
         int64_t n_replayed_tokens
         uint64_t compute_buffer_bytes
         int64_t n_small_batch_evals
+        int64_t n_step_graph_replays
     void luce_engine_stats(const luce_engine * engine, luce_stats * out)
     void luce_engine_reset_stats(luce_engine * engine)
     luce_status luce_engine_memory_plan(const luce_engine * engine, luce_memory_plan * plan)
+
+    # ---- engine state files
+    ctypedef struct luce_state_info:
+        uint32_t format_version
+        int32_t n_tokens
+        int32_t n_ctx
+        int32_t type_k
+        int32_t type_v
+        cbool kv_rotation
+        char arch[32]
+        uint64_t model_file_size
+        uint64_t model_hash
+        uint64_t file_bytes
+        uint64_t live_bytes
+        int32_t n_capture_rows
+    ctypedef struct luce_state_io:
+        int32_t n_tokens
+        uint64_t bytes
+        cbool appended
+        int32_t n_captured
+        double ms
+    luce_status luce_engine_state_bytes(luce_engine * engine, uint64_t * bytes)
+    luce_status luce_engine_state_save(luce_engine * engine, const char * path, cbool allow_append, luce_state_io * out)
+    luce_status luce_engine_state_load(luce_engine * engine, const char * path, luce_state_io * out)
+    luce_status luce_state_file_info_read(const char * path, luce_state_info * out)
+    luce_status luce_state_file_tokens(const char * path, int32_t * tokens, int32_t capacity, int32_t * n_tokens)
 
     # ---- DFlash draft model
     ctypedef struct luce_draft:

@@ -7,6 +7,7 @@ that computes releases the GIL, so a UI thread keeps running while the engine wo
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -83,10 +84,12 @@ class Engine:
                  kv_rotation: bool = ENGINE_DEFAULTS["kv_rotation"], n_verify_max: int = ENGINE_DEFAULTS["n_verify_max"],
                  rollback: str = ENGINE_DEFAULTS["rollback"],
                  small_batch_kernels: bool = ENGINE_DEFAULTS["small_batch_kernels"],
+                 step_graphs: bool = ENGINE_DEFAULTS["step_graphs"],
                  debug_piecewise: bool = ENGINE_DEFAULTS["debug_piecewise"]):
         """rollback: "replay" or "snapshot", how commit() restores a hybrid model's recurrent state
-        after a verify (luce_rollback in luce.h); small_batch_kernels: CUDA verifies of 4..16 tokens
-        on luce's own matmul kernels; debug_piecewise: CPU debugging, every graph computed in
+        after a verify (luce_rollback in luce.h); small_batch_kernels: CUDA decode steps and verifies
+        of 1..16 tokens on luce's own matmul kernels; step_graphs: each of those captured once as one
+        CUDA graph and replayed; debug_piecewise: CPU debugging, every graph computed in
         pieces (must match bit for bit)."""
         self.model = model
         self.cache_type_k, self.cache_type_v = cache_type_k, cache_type_v
@@ -94,7 +97,7 @@ class Engine:
         self._core = _core.CoreEngine(model._core, dict(
             n_ctx=n_ctx, n_batch=n_batch, cache_type_k=cache_type_k, cache_type_v=cache_type_v, kv_rotation=kv_rotation,
             n_verify_max=n_verify_max, rollback=rollback, small_batch_kernels=small_batch_kernels,
-            debug_piecewise=debug_piecewise))
+            step_graphs=step_graphs, debug_piecewise=debug_piecewise))
         self.n_verify_max = n_verify_max
         self._lock = threading.Lock()
         self._native_cache: tuple[Sampling, _core.SamplingParams] | None = None
@@ -203,6 +206,28 @@ class Engine:
         boundary) so truncating back here is instant; a no-op for dense models."""
         with self._lock:
             self._core.checkpoint()
+
+    # -- state files -------------------------------------------------------------------------
+    def save_state(self, path, *, append: bool = True) -> dict:
+        """Save the context to a state file (luce_engine.state_files describes it). append: when path
+        holds an earlier state of this context, add only the new rows (crash-safe); else the whole
+        file is written beside it and renamed over it. Returns n_tokens, bytes (written), appended, ms.
+        Raises StateIOError (disk full, read-only, another writer) with the file left as it was."""
+        with self._lock:
+            return self._core.state_save(os.fspath(path), append)
+
+    def load_state(self, path) -> dict:
+        """Replace the context with a state file's: n_tokens, bytes (read), n_captured (draft feature
+        rows put back into the capture ring), ms. StateMismatchError / StateDamagedError /
+        StateNewerFormatError leave the engine as it was, except a payload whose checksum fails
+        while it is read (StateDamagedError saying so): the context is then empty."""
+        with self._lock:
+            return self._core.state_load(os.fspath(path))
+
+    def state_bytes(self) -> int:
+        """Bytes a full save_state() would write now."""
+        with self._lock:
+            return self._core.state_bytes()
 
     def cancel(self) -> None:
         """Stop the running prefill/step at the next graph boundary (any thread). The request

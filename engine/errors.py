@@ -56,6 +56,28 @@ class DraftMismatchError(ModelValidationError):
     feature width, vocabulary)."""
 
 
+class StateFileError(EngineError):
+    """A saved engine state (luce_engine.state_files) cannot be used; the engine is unchanged
+    unless the message says it was left empty (a payload found damaged while it was read)."""
+
+
+class StateMismatchError(StateFileError, ValueError):
+    """A valid state file of another model, KV cache type or context size."""
+
+
+class StateDamagedError(StateFileError, ValueError):
+    """Not a state file, or a truncated or corrupt one (a checksum disagrees)."""
+
+
+class StateNewerFormatError(StateFileError, ValueError):
+    """A state file written by a newer luce."""
+
+
+class StateIOError(StateFileError, OSError):
+    """A state file cannot be written or read: disk full, read-only directory, or another process
+    writing the same file."""
+
+
 # native status code (luce.h) -> exception class
 STATUS_ERRORS = {
     1: InvalidArgumentError,
@@ -70,4 +92,8 @@ STATUS_ERRORS = {
     10: EngineStateError,
     11: ComputeError,
     12: DraftMismatchError,
+    13: StateMismatchError,
+    14: StateDamagedError,
+    15: StateNewerFormatError,
+    16: StateIOError,
 }

@@ -94,6 +94,15 @@ class ChainSpeculator:
         self._injected = self.engine.n_past
         self._attached = True
 
+    def resumed(self, n_captured: int) -> None:
+        """After Engine.load_state() (with the capture already on: prepare() first): the drafter forgets
+        its old context and is fed the n_captured positions the state file put back into the
+        capture ring at the next step, so speculation continues with that context."""
+        self.prepare()
+        self.drafter.reset()
+        self._pending, self._pending_at = None, -1
+        self._injected = max(0, self.engine.n_past - int(n_captured))
+
     def prepare(self) -> None:
         """Attach once; later calls keep the capture and the drafter's context."""
         if not self._attached:

@@ -48,6 +48,7 @@ class ChatOptions:
     user_themes: Path | None = None
     reply_reserve: int = 256                # tokens of room a reply needs for a message to be sent
     threads: int | None = None              # CPU threads the engine computes with (shown in /model)
+    state_budget_gib: float = 4.0           # engine state files of saved chats (session_state.py); 0: none
 
 
 class BudgetError(Exception):
@@ -94,6 +95,13 @@ class LuceApp(CommandsMixin, App):
             if self.opts.system is not None:   # nothing to say otherwise (an export would print "None")
                 settings["system"] = self.opts.system
             self.persist = Persistence(store, settings)
+        self.states = None
+        if store is not None:
+            from luce_tui.session_state import SessionStates
+
+            self.states = SessionStates(store.data_dir, self.engine, budget_gib=self.opts.state_budget_gib,
+                                        report=self._warn_from_any_thread, busy=lambda: self.job is not None,
+                                        speculator=runtime.speculator)
         self.highlight = self.opts.highlight
         self.pending: list[Attachment] = []
         self.job: Job | None = None
@@ -185,6 +193,16 @@ class LuceApp(CommandsMixin, App):
         await self.chat.mount(w)
         self.chat.scroll_end(animate=False)
         return w
+
+    def _warn_from_any_thread(self, text: str) -> None:
+        try:
+            self.call_from_thread(self.say, text, "warning")
+        except RuntimeError:   # on the UI thread itself
+            self.call_later(self.say, text, "warning")
+
+    def _save_state_soon(self) -> None:
+        if self.states is not None and self.persist is not None:
+            self.states.save_soon(self.persist.session_id)
 
     def _show_stats(self) -> None:
         if self.live.phase == "idle":
@@ -326,8 +344,14 @@ class LuceApp(CommandsMixin, App):
         self._end_job()
         if job.kind == "prefill":
             n = event.result
-            self.live.last = f"history prefilled ({n:,} tok)" if n else "history already in the context"
+            resumed = job.info.get("resumed")
+            if resumed is not None:
+                await self.say(resumed.notice())
+                self.live.last = resumed.notice() + (f" · {n:,} tok prefilled" if n else "")
+            else:
+                self.live.last = f"history prefilled ({n:,} tok)" if n else "history already in the context"
             self._show_stats()
+            self._save_state_soon()
             return
         result = event.result
         self.last_result = result
@@ -347,6 +371,7 @@ class LuceApp(CommandsMixin, App):
                                                       reply["stats"], reply["spans"])
             except Exception as e:
                 await self.say(f"the reply was not saved: {e}", "warning")
+            self._save_state_soon()
         self.live.last = f"{why} · {reply_summary(result)}" if why else reply_summary(result)   # first: always visible
         self._show_stats()
         if result.compression:
@@ -573,15 +598,23 @@ def run_app(runtime, sampling, args, *, note: str | None = None, conv=None) -> i
                        paste_threshold=getattr(args, "paste_threshold", None) or 2000,
                        resume=args.resume, draft=args.draft, pflash_scorer=args.pflash_scorer, note=note,
                        threads=args.threads or config.default_threads(),
+                       state_budget_gib=_state_budget(args),
                        history_file=_history_path(data), user_themes=locations.themes_dir())
     app = LuceApp(runtime, sampling, opts, store=store, store_error=store_error, conv=conv)
     try:
         app.run()
     finally:
         app.shutdown_job()
+        if app.states is not None:
+            app.states.flush(30)   # the last turn's engine state
         if store is not None:
             store.close()
     return 0
+
+
+def _state_budget(args) -> float:
+    value = getattr(args, "state_budget_gib", None)   # from the config file (userconfig.merge)
+    return 4.0 if value is None else float(value)
 
 
 def _history_path(data: Path) -> Path | None:

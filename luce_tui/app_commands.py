@@ -354,6 +354,8 @@ class CommandsMixin:
             if not result:
                 return
             current = self.persist.session_id
+            for sid in result["deleted"] if self.states is not None else ():
+                self.states.forget(sid)
             if current is not None and current in result["deleted"]:
                 self.persist.new()
                 await self.say("the open chat was deleted; what is on screen is no longer saved", "warning")
@@ -363,7 +365,8 @@ class CommandsMixin:
             if result["open"] is not None:
                 await self.open_session(result["open"])
 
-        await self.push_screen(SessionsScreen(self.persist.store, self.persist.session_id), done)
+        instant = self.states.saved_ids() if self.states is not None else set()
+        await self.push_screen(SessionsScreen(self.persist.store, self.persist.session_id, instant=instant), done)
 
     async def cmd_resume(self, rest: str) -> None:
         self._need_store()
@@ -403,7 +406,12 @@ class CommandsMixin:
     def _prefill_history(self) -> None:
         from luce_tui.generation import Job
 
-        conv = self.conv
-        job = Job("prefill", lambda job: conv.prefill_history(progress=job.on_progress, stop=job.cancel_requested),
-                  self, cancel=conv.cancel, clock=self.job_clock)
+        conv, states, sid = self.conv, self.states, self.persist.session_id if self.persist else None
+
+        def work(job: Job) -> int:
+            if states is not None and sid is not None and conv.messages:   # its saved engine state first
+                job.info["resumed"] = states.resume(sid, conv.encode(add_generation_prompt=False))
+            return conv.prefill_history(progress=job.on_progress, stop=job.cancel_requested)
+
+        job = Job("prefill", work, self, cancel=conv.cancel, clock=self.job_clock)
         self._start_job(job, note="prefilling the history")

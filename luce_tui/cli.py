@@ -146,7 +146,10 @@ def _model_flags(p: argparse.ArgumentParser, chat) -> None:
                        help="how a hybrid target (qwen35) undoes rejected draft tokens: recompute the recurrent "
                             "state (replay, the default; far less memory) or keep a copy per verified token (snapshot)")
     model.add_argument("--small-batch-kernels", choices=("on", "off"),
-                       help="CUDA: verify draft blocks with luce's own quantized matmul kernels (default: on)")
+                       help="CUDA: decode steps and draft verifies on luce's own quantized matmul kernels (default: on)")
+    model.add_argument("--step-graphs", choices=("on", "off"),
+                       help="CUDA, with --small-batch-kernels on: capture each decode or verify step once as one "
+                            "CUDA graph and replay it (default: on)")
     model.add_argument("--fuse-weights", choices=("on", "off"),
                        help="store projections that share an input as one fused weight on the device (default: on)")
     model.add_argument("--repack-weights", choices=("on", "off"),

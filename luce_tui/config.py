@@ -50,9 +50,11 @@ class EngineSettings:
     pflash_mode: str = "auto"           # off | auto | always
     pflash_threshold: int = DEFAULT_PFLASH_THRESHOLD
     pflash_keep_ratio: float = DEFAULT_KEEP_RATIO
-    # --rollback, --small-batch-kernels, --fuse-weights, --repack-weights; None: the engine's default
+    # --rollback, --small-batch-kernels, --step-graphs, --fuse-weights, --repack-weights; None: the
+    # engine's default
     rollback: str | None = None
     small_batch_kernels: bool | None = None
+    step_graphs: bool | None = None
     fuse_weights: bool | None = None
     repack_weights: bool | None = None
 
@@ -63,7 +65,8 @@ class EngineSettings:
 
     def engine_params(self) -> dict:
         """Engine() keyword arguments of the behaviour flags that were given."""
-        given = {"rollback": self.rollback, "small_batch_kernels": self.small_batch_kernels}
+        given = {"rollback": self.rollback, "small_batch_kernels": self.small_batch_kernels,
+                 "step_graphs": self.step_graphs}
         return {k: v for k, v in given.items() if v is not None}
 
     def n_ctx_for(self, n_ctx_train: int) -> int:
@@ -116,6 +119,7 @@ def engine_settings(args) -> EngineSettings:
                           pflash_keep_ratio=_given(getattr(args, "pflash_keep_ratio", None), DEFAULT_KEEP_RATIO),
                           rollback=getattr(args, "rollback", None),
                           small_batch_kernels=_on_off(getattr(args, "small_batch_kernels", None)),
+                          step_graphs=_on_off(getattr(args, "step_graphs", None)),
                           fuse_weights=_on_off(getattr(args, "fuse_weights", None)),
                           repack_weights=_on_off(getattr(args, "repack_weights", None)))
 

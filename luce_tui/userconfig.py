@@ -46,6 +46,7 @@ KEYS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "theme": (str, "dark"),
     "highlight": (bool, False),
     "paste_threshold": (int, 2000),
+    "state_budget_gib": ((int, float), 4),   # saved chats' engine state files (session_state.py); 0: none
 }
 # keys of earlier versions: a clear error instead of "unknown key"
 RENAMED = {"prefill_drafter": "pflash_scorer", "prefill_compression": "pflash_mode",
@@ -90,6 +91,8 @@ def load(path: str | os.PathLike | None = None) -> dict:
             raise ConfigError(f"{p}: {key} must be one of {', '.join(config.CACHE_TYPES)}")
     if out.get("pflash_mode", "auto") not in ("off", "auto", "always"):
         raise ConfigError(f"{p}: pflash_mode must be one of off, auto, always")
+    if out.get("state_budget_gib", 0) < 0:
+        raise ConfigError(f"{p}: state_budget_gib must be 0 or more")
     if not 0 < out.get("pflash_keep_ratio", config.DEFAULT_KEEP_RATIO) <= 1:
         raise ConfigError(f"{p}: pflash_keep_ratio must be in (0, 1]")
     if out.get("pflash_threshold", 0) < 0:

@@ -94,6 +94,11 @@ class SessionStore:
             found = schema.user_version(conn)
             if found > schema.known_version():
                 raise SchemaTooNewError(self.db_path, found, schema.known_version())
+            if found == 0:   # before any write (WAL, migrations): another program's database stays as it is
+                other = [r[0] for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' LIMIT 3")]
+                if other:
+                    raise _Corrupt(f"not a luce session history: it holds other tables ({', '.join(other)})")
             problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)")]
             if problems != ["ok"]:
                 raise _Corrupt("integrity check: " + "; ".join(problems))

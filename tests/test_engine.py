@@ -490,8 +490,8 @@ def test_parameters_default_to_the_native_defaults(hybrid_model):
     assert ENGINE_DEFAULTS == _core.engine_defaults()
     assert {k: v for k, v in MODEL_DEFAULTS.items() if k != "repack_weights"} == \
         {k: v for k, v in native.items() if k != "repack_weights"}
-    assert (ENGINE_DEFAULTS["rollback"], ENGINE_DEFAULTS["small_batch_kernels"], ENGINE_DEFAULTS["debug_piecewise"]) == (
-        "replay", True, False)
+    assert (ENGINE_DEFAULTS["rollback"], ENGINE_DEFAULTS["small_batch_kernels"], ENGINE_DEFAULTS["step_graphs"],
+            ENGINE_DEFAULTS["debug_piecewise"]) == ("replay", True, True, False)
     assert MODEL_DEFAULTS["fuse_weights"] is True
     assert Engine(hybrid_model, n_ctx=256).rollback == "replay"
     with pytest.raises(ValueError, match="rollback must be one of snapshot, replay"):

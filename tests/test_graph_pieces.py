@@ -1,8 +1,8 @@
-"""Computing a graph in pieces (engine/native/src/runtime/graph_pieces.h), as luce's CUDA small-batch runner
+"""Computing a graph in pieces (engine/native/src/runtime/graph_views.h), as luce's CUDA small-batch runner
 does, gives the whole graph's results bit for bit. On the CPU, Engine(debug_piecewise=True) makes an
-engine compute every graph cut around each of its matmuls, each piece a graph of duplicated nodes
-with leaf proxies for what comes from before it; prefill, verify, rollback and decoding must all
-match an ordinary engine exactly, on dense, hybrid and Q4_K_M models.
+engine compute every graph cut around each of its matmuls, each piece a view of the whole graph's
+nodes that keeps its use counts; prefill, verify, rollback and decoding must all match an ordinary
+engine exactly, on dense, hybrid and Q4_K_M models.
 """
 from __future__ import annotations
 

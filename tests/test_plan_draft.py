@@ -275,17 +275,17 @@ def test_cli_plan_honours_rollback(cli_files):
 
 
 def test_engine_flags_reach_the_engine(cli_files):
-    """--rollback, --small-batch-kernels, --fuse-weights and --repack-weights become Model/Engine arguments; unsaid
-    ones are left to the engine's defaults (luce_*_default_params)."""
+    """--rollback, --small-batch-kernels, --step-graphs, --fuse-weights and --repack-weights become Model/Engine
+    arguments; unsaid ones are left to the engine's defaults (luce_*_default_params)."""
     target, _ = cli_files
     from luce_tui.cli import build_parser
 
     unsaid = config.engine_settings(build_parser().parse_args(["--target", target]))
     assert unsaid.engine_params() == {} and "fuse_weights" not in unsaid.model_params()
     said = config.engine_settings(build_parser().parse_args(
-        ["--target", target, "--rollback", "snapshot", "--small-batch-kernels", "off", "--fuse-weights", "off",
-         "--repack-weights", "off"]))
-    assert said.engine_params() == {"rollback": "snapshot", "small_batch_kernels": False}
+        ["--target", target, "--rollback", "snapshot", "--small-batch-kernels", "off", "--step-graphs", "off",
+         "--fuse-weights", "off", "--repack-weights", "off"]))
+    assert said.engine_params() == {"rollback": "snapshot", "small_batch_kernels": False, "step_graphs": False}
     assert said.model_params()["fuse_weights"] is False and said.model_params()["repack_weights"] is False
     assert "repack_weights" not in unsaid.model_params()
     eng = Engine(Model(target, device="cpu", n_threads=1, **{"fuse_weights": False}), n_ctx=256, **said.engine_params())

@@ -1,6 +1,6 @@
 """End to end in a real terminal: `luce-chat` (the Textual app) in tmux with the real SmolLM2 on
 CPU, greedy. Ask, see the reply, /save, Ctrl+O through $EDITOR, quit; relaunch with --resume last
-and see the history again. Skipped where tmux is missing."""
+and see the history again, resumed from the saved engine state. Skipped where tmux is missing."""
 from __future__ import annotations
 
 import os
@@ -119,9 +119,11 @@ def test_chat_save_quit_resume_in_tmux(tmp_path):
 
         term = Terminal(env)
         term.start(argv + ["--resume", "last"])
-        screen = term.wait_for("history prefilled")
+        screen = term.wait_for("resumed ")                 # the engine state saved with the chat: no prefill
+        assert re.search(r"resumed \d+ tokens in [\d.]+ s \(prefill would take ~[\d.]+ s\)", screen), screen
         assert "opened “France chat” (2 messages)" in screen
         assert QUESTION in screen and first_words in screen
+        screen = term.wait_for("luce-chat — France chat")  # a resume this fast can beat the header's redraw
         assert "France chat" in screen.splitlines()[0]     # the header names the chat
         term.keys("C-q")
         term.wait_exit()

@@ -115,7 +115,7 @@ async def test_resume_last_shows_history_and_prefills(engine, store, tiny_model)
     import luce_engine as le
 
     fresh = le.Engine(tiny_model, n_ctx=1024)
-    app2 = make_app(fresh, store, resume="last")
+    app2 = make_app(fresh, store, resume="last", state_budget_gib=0)   # the prefill path (state files: test_tui_session_state)
     async with app2.run_test(size=SIZE) as pilot:
         await wait_idle(pilot, app2)
         assert app2.persist.session_id == sid

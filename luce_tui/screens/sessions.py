@@ -52,9 +52,10 @@ class SessionsScreen(ModalScreen[dict]):
         Binding("ctrl+d,delete", "delete", "delete", priority=True),
     ]
 
-    def __init__(self, store, current_id: int | None = None):
+    def __init__(self, store, current_id: int | None = None, *, instant: set[int] | frozenset = frozenset()):
         super().__init__()
         self.store, self.current_id = store, current_id
+        self.instant = instant   # chats with a saved engine state: they open without prefilling
         self.ids: list[int] = []
         self.result = {"open": None, "deleted": [], "renamed": []}
 
@@ -101,7 +102,9 @@ class SessionsScreen(ModalScreen[dict]):
 
     def _session_row(self, sid: int, title: str | None, n: int, updated: float) -> Content:
         mark = "● " if sid == self.current_id else "  "
-        return Content.assemble(mark, (title or "(untitled)", "bold"), (f"  {n} messages · {_when(updated)}", "dim"))
+        fast = " · resumes instantly" if sid in self.instant else ""
+        return Content.assemble(mark, (title or "(untitled)", "bold"),
+                                (f"  {n} messages · {_when(updated)}{fast}", "dim"))
 
     @property
     def selected(self) -> int | None:

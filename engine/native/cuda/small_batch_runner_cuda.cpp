@@ -4,12 +4,14 @@
 #include "small_batch_gemm.h"
 
 #include "api_guard.h"
+#include "graph_views.h"
 
 #include "ggml.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -90,6 +92,9 @@ cudaStream_t ggml_compute_stream(ggml_backend_t backend, int device, ggml_backen
 
 const ggml_tensor * storage(const ggml_tensor * t) { return t->view_src ? t->view_src : t; }
 
+// Names the key nodes of the pieces captured into a step graph, unique in the process (see Piece).
+std::atomic<unsigned long long> g_step_capture_serial{0};
+
 // A matmul our kernels compute exactly as ggml defines it: quantized 2D weights in device memory
 // with aligned rows, f32 activations and output with contiguous columns, kMinTokens..kMaxTokens columns.
 bool replaceable(const ggml_tensor * t) {
@@ -126,16 +131,22 @@ cuda::SmallGemm gemm_of(const ggml_tensor * t, int n_sm) {
 }
 
 class CudaSmallBatchRunner final : public SmallBatchRunner {
+    // ggml's pieces are views_ (graph_views.h: ggml fuses within them as in the whole graph). For
+    // the capture of a step graph they go behind their key nodes: ggml keeps a CUDA graph per first
+    // node and replays it once it has seen the same nodes twice, and a replay (or ggml's own capture)
+    // inside our capture is not allowed. Key nodes renamed before each capture make ggml see new
+    // nodes, so it launches their kernels one by one, into our capture.
     struct Piece {
-        int begin, end;        // node range [begin, end)
-        bool ours;             // our matmuls, or ggml's nodes
-        ggml_cgraph * graph;   // ggml's nodes [begin, end), in pieces_ctx_
+        int begin, end;   // node range [begin, end)
+        bool ours;        // our matmuls, or ggml's nodes
+        int view;         // ggml's: the index in views_
     };
 
 public:
     CudaSmallBatchRunner(ggml_backend_t backend, int device, int n_sm, ggml_backend_event_t to_ours, ggml_backend_event_t to_ggml,
-                         cudaStream_t stream)
-        : backend_(backend), device_(device), n_sm_(n_sm), to_ours_(to_ours), to_ggml_(to_ggml), stream_(stream) {
+                         cudaStream_t stream, bool step_graphs)
+        : backend_(backend), device_(device), n_sm_(n_sm), to_ours_(to_ours), to_ggml_(to_ggml), stream_(stream),
+          step_graphs_(step_graphs) {
         // Debug switch (like ggml's GGML_CUDA_DISABLE_GRAPHS, read once here): LUCE_SMALL_BATCH_CHECK=1
         // compares each of our matmuls with ggml's on a graph's first compute (see check_against_ggml).
         const char * c = std::getenv("LUCE_SMALL_BATCH_CHECK");
@@ -146,8 +157,9 @@ public:
     }
 
     ~CudaSmallBatchRunner() override {
-        if (pieces_ctx_) ggml_free(pieces_ctx_);
+        if (check_ctx_) ggml_free(check_ctx_);
         cudaSetDevice(device_);
+        drop_step_graph();
         if (scratch_) cudaFree(scratch_);
         if (stream_) cudaStreamDestroy(stream_);
         ggml_backend_event_free(to_ours_);
@@ -163,6 +175,8 @@ public:
     bool prepare(ggml_backend_sched_t sched, ggml_cgraph * gf) override {
         pieces_.clear();
         n_replaced_ = 0;
+        drop_step_graph();
+        capture_next_ = false;
         const int n_nodes = ggml_graph_n_nodes(gf);
         if (n_nodes == 0 || ggml_backend_sched_get_n_splits(sched) != 1 ||
             ggml_backend_sched_get_tensor_backend(sched, ggml_graph_node(gf, 0)) != backend_) {
@@ -176,23 +190,22 @@ public:
                 ++n_replaced_;
                 need = std::max(need, cuda::small_gemm_scratch_bytes(t->src[0]->ne[0], int(t->src[1]->ne[1])));
             }
-            if (pieces_.empty() || pieces_.back().ours != ours) pieces_.push_back({i, i, ours, nullptr});
+            if (pieces_.empty() || pieces_.back().ours != ours) pieces_.push_back({i, i, ours, -1});
             pieces_.back().end = i + 1;
         }
         if (n_replaced_ == 0) return false;
-        // ggml's node ranges as graphs of their own: the same nodes without the parent's use counts,
-        // so ggml fuses no ops in them (never wrong). The allocation stays the whole graph's.
-        size_t ctx_bytes = 0;
-        for (const Piece & p : pieces_) ctx_bytes += p.ours ? 0 : ggml_graph_overhead_custom(size_t(p.end - p.begin), false);
-        if (check_) ctx_bytes += size_t(n_replaced_) * ggml_graph_overhead_custom(1, false);
-        if (pieces_ctx_) ggml_free(pieces_ctx_);
-        ggml_init_params ip{ctx_bytes + 1024, nullptr, true};
-        pieces_ctx_ = ggml_init(ip);
-        if (!pieces_ctx_) return false;
+        std::vector<std::pair<int, int>> ranges;
         for (Piece & p : pieces_) {
             if (p.ours) continue;
-            p.graph = ggml_new_graph_custom(pieces_ctx_, size_t(p.end - p.begin), false);
-            for (int i = p.begin; i < p.end; ++i) ggml_graph_add_node(p.graph, ggml_graph_node(gf, i));
+            p.view = int(ranges.size());
+            ranges.push_back({p.begin, p.end});
+        }
+        if (!views_.build(gf, ranges, /*keyed=*/true)) return false;
+        if (check_) {   // one-node graphs for ggml's results
+            if (check_ctx_) ggml_free(check_ctx_);
+            ggml_init_params ip{size_t(n_replaced_) * ggml_graph_overhead_custom(1, false) + 1024, nullptr, true};
+            check_ctx_ = ggml_init(ip);
+            if (!check_ctx_) return false;
         }
         checked_ = false;
         if (need > scratch_bytes_) {
@@ -211,8 +224,21 @@ public:
         return true;
     }
 
+    // The first compute of a prepared graph runs in pieces (ggml's memory pool grows to what the
+    // graph needs), the second captures the step graph, the rest replay it.
     ggml_status compute(ggml_cgraph * gf) override {
-        const ggml_status st = launch_pieces(gf);
+        ggml_status st;
+        if (step_exec_) {
+            ran_ = Ran::replayed;
+            cudaSetDevice(device_);
+            st = cudaGraphLaunch(step_exec_, ggml_stream_) == cudaSuccess ? GGML_STATUS_SUCCESS : GGML_STATUS_FAILED;
+        } else if (capture_next_) {
+            st = capture_step_graph(gf);
+        } else {
+            ran_ = Ran::pieces;
+            st = launch_pieces(gf, false);
+            capture_next_ = st == GGML_STATUS_SUCCESS && step_graphs_ && ggml_stream_ && !check_;
+        }
         // on success and failure alike nothing may still run when the caller reads or rebuilds
         cudaSetDevice(device_);
         cudaStreamSynchronize(stream_);
@@ -221,13 +247,52 @@ public:
         return cudaGetLastError() == cudaSuccess ? GGML_STATUS_SUCCESS : GGML_STATUS_FAILED;
     }
 
+    Ran last_ran() const override { return ran_; }
+
+    // Captures every piece on ggml's stream as one CUDA graph and launches it. Where the capture
+    // fails, the pieces run as before and this graph is not captured again.
+    ggml_status capture_step_graph(ggml_cgraph * gf) {
+        capture_next_ = false;
+        ran_ = Ran::pieces;
+        const unsigned long long serial = ++g_step_capture_serial;
+        for (size_t i = 0; i < views_.size(); ++i) ggml_format_name(views_.key(i), "luce step graph %llu", serial);
+        cudaSetDevice(device_);
+        if (cudaStreamBeginCapture(ggml_stream_, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+            cudaGetLastError();
+            return launch_pieces(gf, false);
+        }
+        const ggml_status queued = launch_pieces(gf, true);
+        cudaGraph_t graph = nullptr;
+        const bool ended = cudaStreamEndCapture(ggml_stream_, &graph) == cudaSuccess && graph;
+        cudaGraphExec_t exec = nullptr;
+        const bool made = queued == GGML_STATUS_SUCCESS && ended && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+        if (graph) cudaGraphDestroy(graph);
+        if (!made) {
+            if (exec) cudaGraphExecDestroy(exec);
+            cudaGetLastError();
+            return launch_pieces(gf, false);
+        }
+        step_exec_ = exec;
+        ran_ = Ran::captured;
+        return cudaGraphLaunch(step_exec_, ggml_stream_) == cudaSuccess ? GGML_STATUS_SUCCESS : GGML_STATUS_FAILED;
+    }
+
+    void drop_step_graph() {
+        if (!step_exec_) return;
+        cudaSetDevice(device_);
+        cudaGraphExecDestroy(step_exec_);
+        step_exec_ = nullptr;
+    }
+
     // Queues every piece: ggml's on its stream; ours there too when it was found (stream order alone
-    // orders them), else on stream_, ordered by two events.
-    ggml_status launch_pieces(ggml_cgraph * gf) {
+    // orders them), else on stream_, ordered by two events. capturing: ggml's pieces behind their key
+    // nodes (only ever with ggml's stream found).
+    ggml_status launch_pieces(ggml_cgraph * gf, bool capturing) {
         const bool own_stream = !ggml_stream_;
         for (const Piece & p : pieces_) {
             if (!p.ours) {
-                const ggml_status st = ggml_backend_graph_compute_async(backend_, p.graph);
+                ggml_cgraph * g = capturing ? views_.keyed_view(size_t(p.view)) : views_.view(size_t(p.view));
+                const ggml_status st = ggml_backend_graph_compute_async(backend_, g);
                 if (st != GGML_STATUS_SUCCESS) return st;
                 continue;
             }
@@ -272,7 +337,7 @@ public:
             const size_t n = size_t(t->ne[0]) * size_t(t->ne[1]);
             std::vector<float> ours(n), ref(n);
             ggml_backend_tensor_get(t, ours.data(), 0, n * sizeof(float));
-            ggml_cgraph * one = ggml_new_graph_custom(pieces_ctx_, 1, false);
+            ggml_cgraph * one = ggml_new_graph_custom(check_ctx_, 1, false);
             ggml_graph_add_node(one, t);
             ggml_backend_graph_compute(backend_, one);
             ggml_backend_tensor_get(t, ref.data(), 0, n * sizeof(float));
@@ -289,7 +354,8 @@ public:
     size_t scratch_bytes() const override { return scratch_bytes_; }
 
 private:
-    ggml_context * pieces_ctx_ = nullptr;
+    GraphViews views_;
+    ggml_context * check_ctx_ = nullptr;   // LUCE_SMALL_BATCH_CHECK's one-node graphs
     ggml_backend_t backend_;
     int device_;
     int n_sm_;   // multiprocessors: the kernels' grids are sized by them
@@ -301,6 +367,10 @@ private:
     int n_replaced_ = 0;
     bool check_ = false, checked_ = false;
     cudaStream_t ggml_stream_ = nullptr;   // ggml's, where ours run when found
+    bool step_graphs_;
+    bool capture_next_ = false;             // the next compute captures the step graph
+    cudaGraphExec_t step_exec_ = nullptr;   // the prepared graph as one CUDA graph, once captured
+    Ran ran_ = Ran::pieces;
 
 };
 
@@ -316,7 +386,7 @@ int cuda_device_index(ggml_backend_dev_t dev) {
 
 } // namespace
 
-std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend) {
+std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend, bool step_graphs) {
     ggml_backend_dev_t dev = ggml_backend_get_device(backend);
     const int device = dev ? cuda_device_index(dev) : -1;
     if (device < 0) return nullptr;
@@ -341,7 +411,7 @@ std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend
         if (b) ggml_backend_event_free(b);
         return nullptr;
     }
-    return std::make_unique<CudaSmallBatchRunner>(backend, device, prop.multiProcessorCount, a, b, stream);
+    return std::make_unique<CudaSmallBatchRunner>(backend, device, prop.multiProcessorCount, a, b, stream, step_graphs);
 }
 
 } // namespace luce

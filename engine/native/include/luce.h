@@ -48,6 +48,10 @@ typedef enum luce_status {
     LUCE_ERR_STATE       = 10,  // call not valid in the current engine state
     LUCE_ERR_COMPUTE     = 11,  // graph computation failed or produced non-finite logits
     LUCE_ERR_DRAFT_MISMATCH = 12, // a valid draft model that does not fit the target (hidden size, layers, vocabulary)
+    LUCE_ERR_STATE_MISMATCH = 13, // a valid state file of another model, KV type or context size
+    LUCE_ERR_STATE_DAMAGED  = 14, // not a state file, or a truncated / corrupt one (its checksums disagree)
+    LUCE_ERR_STATE_NEWER    = 15, // a state file written by a newer luce (a format version this one cannot read)
+    LUCE_ERR_STATE_IO       = 16, // a state file cannot be written or read (disk full, read-only, locked by another writer)
 } luce_status;
 
 // Message describing the last error on this thread ("" if none).
@@ -136,10 +140,12 @@ typedef struct luce_engine_params {
     bool    kv_rotation;        // Hadamard-rotate K/V for quantized caches (llama.cpp's default); default true
     int32_t n_verify_max;       // most tokens one luce_engine_verify() may hold for rollback; default 16
     luce_rollback rollback;     // how a commit rolls back recurrent state; default LUCE_ROLLBACK_REPLAY
-    bool    small_batch_kernels; // CUDA: verifies of 4..16 tokens run their quantized matmuls on luce's own
-                                 // kernels (cuda/small_batch_gemm.h); default true; no effect elsewhere
+    bool    small_batch_kernels; // CUDA: decode steps and verifies of 1..16 tokens run their quantized matmuls
+                                 // on luce's own kernels (cuda/small_batch_gemm.h); default true; no effect elsewhere
+    bool    step_graphs;        // CUDA, with small_batch_kernels: each such step is captured once as one CUDA graph
+                                // (ggml's nodes and ours) and replayed; default true
     bool    debug_piecewise;    // debugging, CPU only: compute every graph in pieces cut around its matmuls
-                                // (graph_pieces.h), which must match the scheduler bit for bit; default false
+                                // (graph_views.h), which must match the scheduler bit for bit; default false
 } luce_engine_params;
 
 LUCE_API luce_engine_params luce_engine_default_params(void);
@@ -280,13 +286,63 @@ typedef struct luce_stats {
     int64_t n_graph_reuses;
     int64_t n_replayed_tokens; // tokens recomputed to rebuild recurrent state (truncate, failures)
     uint64_t compute_buffer_bytes;
-    int64_t n_small_batch_evals; // evaluations of 4..16 tokens whose quantized matmuls ran on luce's
+    int64_t n_small_batch_evals; // evaluations of 1..16 tokens whose quantized matmuls ran on luce's
                                  // CUDA small-batch kernels (the rest of the graph on ggml's)
+    int64_t n_step_graph_replays; // of those, the ones replayed from one captured CUDA graph
 } luce_stats;
 
 LUCE_API void luce_engine_stats(const luce_engine * engine, luce_stats * out);
 LUCE_API void luce_engine_reset_stats(luce_engine * engine);
 LUCE_API luce_status luce_engine_memory_plan(const luce_engine * engine, luce_memory_plan * plan);
+
+// ---- engine state files ---------------------------------------------------------------------
+// A context saved to a file and read back (state_file.h has the layout): the attention layers'
+// K/V rows in use (as stored, any cache type), the recurrent layers' conv and DeltaNet state, the
+// token ids, the logits after the last token, and the hidden-state capture rows a DFlash draft is
+// fed from (its injected context is rebuilt from them). The header names the model (GGUF file size
+// and a checksum of its metadata and tensor table), the cache types and the context size; every
+// part has a checksum. A load refuses a file of another model or cache type
+// (LUCE_ERR_STATE_MISMATCH), a damaged or truncated one (LUCE_ERR_STATE_DAMAGED) and a newer format
+// (LUCE_ERR_STATE_NEWER) before it changes anything, except a payload whose checksum fails only
+// once it is read: the engine is then left with an empty context.
+typedef struct luce_state_info {
+    uint32_t format_version;
+    int32_t  n_tokens;          // tokens in the saved context
+    int32_t  n_ctx;             // capacity of the engine that saved it
+    int32_t  type_k, type_v;    // luce_cache_type
+    bool     kv_rotation;
+    char     arch[32];
+    uint64_t model_file_size;   // the GGUF the state belongs to: its size and metadata checksum
+    uint64_t model_hash;
+    uint64_t file_bytes;        // the state file's size
+    uint64_t live_bytes;        // of which the saved state (the rest: parts replaced by later appends)
+    int32_t  n_capture_rows;    // positions of draft features kept (0: capture was off)
+} luce_state_info;
+
+typedef struct luce_state_io {   // what a save or load did
+    int32_t  n_tokens;           // tokens in the context saved or loaded
+    uint64_t bytes;              // bytes written or read
+    bool     appended;           // save: only the rows after the file's context were added
+    int32_t  n_captured;         // load: positions put back into the engine's capture ring
+    double   ms;
+} luce_state_io;
+
+// Bytes a full save of the engine's context would write now.
+LUCE_API luce_status luce_engine_state_bytes(luce_engine * engine, uint64_t * bytes);
+// Saves the context to path. allow_append: when path holds a state of this engine whose tokens are
+// a prefix of the context (and not much of the file is superseded data), only the new rows are
+// appended and the header is switched to them last (a crash leaves the previous state readable);
+// otherwise the whole file is written beside path and renamed over it. Both are fsynced. Another
+// process writing the same path at the same time: LUCE_ERR_STATE_IO (a lock file path + ".lock").
+LUCE_API luce_status luce_engine_state_save(luce_engine * engine, const char * path, bool allow_append,
+                                            luce_state_io * out);
+// Replaces the engine's context with the file's (see above for what is refused). The capture rows
+// go back into the engine's capture ring when it captures the same layers (set_capture first).
+LUCE_API luce_status luce_engine_state_load(luce_engine * engine, const char * path, luce_state_io * out);
+// The header of a state file (no engine needed; its checksums are checked, not the payload's).
+LUCE_API luce_status luce_state_file_info_read(const char * path, luce_state_info * out);
+// The token ids of a state file's context: up to capacity into tokens; *n_tokens = all of them.
+LUCE_API luce_status luce_state_file_tokens(const char * path, int32_t * tokens, int32_t capacity, int32_t * n_tokens);
 
 // ---- DFlash draft model -------------------------------------------------------------------
 // A DFlash drafter (GGUF arch `dflash` of llama.cpp, or lucebox `dflash-draft` /

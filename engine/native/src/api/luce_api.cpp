@@ -61,6 +61,7 @@ luce_engine_params luce_engine_default_params(void) {
     p.n_verify_max = 16;
     p.rollback = LUCE_ROLLBACK_REPLAY;
     p.small_batch_kernels = true;
+    p.step_graphs = true;
     p.debug_piecewise = false;
     return p;
 }

@@ -72,6 +72,8 @@ GgufFile::~GgufFile() {
     if (fd_ >= 0) ::close(fd_);
 }
 
+size_t GgufFile::data_offset() const { return gguf_get_data_offset(gguf_); }
+
 bool GgufFile::has(const std::string & key) const { return gguf_find_key(gguf_, key.c_str()) >= 0; }
 
 int64_t GgufFile::key_id(const std::string & key) const {

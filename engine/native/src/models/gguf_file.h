@@ -40,6 +40,7 @@ public:
     size_t tensor_file_offset(const std::string & name) const;   // absolute offset in the file
     const uint8_t * mapped_data(size_t file_offset) const { return map_ + file_offset; }
     size_t file_size() const { return file_size_; }
+    size_t data_offset() const;   // where the tensor data starts: before it, the metadata and tensor table
 
     [[noreturn]] void fail(luce_status status, const std::string & what) const;
 

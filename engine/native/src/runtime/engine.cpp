@@ -1,7 +1,7 @@
 #include "engine.h"
 #include "device.h"
 #include "error.h"
-#include "graph_pieces.h"
+#include "graph_views.h"
 #include "memory_plan.h"
 #include "runtime.h"
 
@@ -24,7 +24,9 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
     runner_ = std::make_unique<GraphRunner>(m_.dev, m_.n_threads, graph_max_nodes(m_), 1, /*stop_on_cancel=*/!m_.hp.hybrid());
     kv_.allocate(m_, params_.n_ctx, cache_ggml_type(params_.type_k), cache_ggml_type(params_.type_v), params_.kv_rotation,
                  params_.n_verify_max, rollback_by_replay(m_, params_));
-    if (!runner_->on_cpu() && params_.small_batch_kernels) small_batch_ = make_small_batch_runner(runner_->backend());
+    if (!runner_->on_cpu() && params_.small_batch_kernels) {
+        small_batch_ = make_small_batch_runner(runner_->backend(), params_.step_graphs);
+    }
     debug_piecewise_ = device_is_cpu(m_.dev) && params_.debug_piecewise;
     reserve_worst_case();
 }
@@ -66,10 +68,10 @@ ggml_status Engine::compute_in_pieces(ggml_cgraph * gf) {
             ranges.back().second = i + 1;
         }
     }
-    GraphPieces pieces;
-    if (!pieces.build(gf, ranges)) return GGML_STATUS_ALLOC_FAILED;
+    GraphViews pieces;
+    if (!pieces.build(gf, ranges, /*keyed=*/false)) return GGML_STATUS_ALLOC_FAILED;
     for (size_t i = 0; i < pieces.size(); ++i) {
-        const ggml_status st = ggml_backend_graph_compute(runner_->backend(), pieces.graph(i));
+        const ggml_status st = ggml_backend_graph_compute(runner_->backend(), pieces.view(i));
         if (st != GGML_STATUS_SUCCESS) return st;
     }
     return GGML_STATUS_SUCCESS;
@@ -79,7 +81,7 @@ void Engine::check_cancel() {
     runner_->throw_if_cancelled();
 }
 
-void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify) {
+void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify, bool decode) {
     const int32_t n_past = this->n_past();
     if (n_past + n > kv_.n_ctx) {
         throw Error(LUCE_ERR_CONTEXT, "context full: " + std::to_string(n_past) + " + " + std::to_string(n) +
@@ -89,16 +91,18 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify)
     // a verify graph leaves the recurrent state untouched, so a failure needs no replay
     const bool replay_on_failure = m_.hp.hybrid() && !replaying_ && !shape.verify;
     logits_.invalidate();   // the logits tensor is rewritten (or freed) below: unread rows are lost
-    // Only verifications run on the small-batch kernels. A decode step on them was slower on the
-    // H200 (75.0 against 84.4 tok/s, bench/RESULTS.md: the piecewise graph loses ggml's fusions and
-    // adds launches), and a short prompt on ggml's kernels fills the cache exactly as llama.cpp would.
-    ForwardGraph & g = select_graph(shape, verify && small_batch_ && small_batch_->wants(n));
+    // Decode steps and verifications run on the small-batch kernels; a short prompt stays on ggml's,
+    // so it fills the cache exactly as llama.cpp would.
+    ForwardGraph & g = select_graph(shape, (verify || decode) && small_batch_ && small_batch_->wants(n));
     set_inputs(g, toks, n);
 
-    if (graph_piecewise_) stats_.n_small_batch_evals++;
     const ggml_status status = graph_piecewise_  ? small_batch_->compute(g.gf)
                              : debug_piecewise_ ? compute_in_pieces(g.gf)
                                                 : runner_->compute_status(g.gf);
+    if (graph_piecewise_) {
+        stats_.n_small_batch_evals++;
+        if (small_batch_->last_ran() == SmallBatchRunner::Ran::replayed) stats_.n_step_graph_replays++;
+    }
     if (status != GGML_STATUS_SUCCESS && replay_on_failure) replay_context();
     // Cancelled: nothing is committed; cells written past the context stay hidden by the mask.
     runner_->throw_on(status, "graph computation");
@@ -258,7 +262,7 @@ void Engine::step(const luce_sampling_params & sp, luce_step_result & out) {
     out.sample_ms = ms_since(t0);
     stats_.sample_ms += out.sample_ms;
     t0 = clock_type::now();
-    eval(&token, 1, false);
+    eval(&token, 1, false, /*verify=*/false, /*decode=*/true);
     out.decode_ms = ms_since(t0);
     stats_.decode_ms += out.decode_ms;
     stats_.n_decode_tokens += 1;
@@ -483,6 +487,25 @@ void Engine::replay_context() {
     kv_.rec.clear();
     logits_.clear();
     replay_tokens(context.data(), context.size());
+}
+
+void Engine::adopt_state(std::vector<int32_t> tokens, LogitRows::Saved last) {
+    tokens_ = std::move(tokens);
+    checkpoints_.clear();   // states of another context
+    pending_ = 0;
+    if (last.argmax >= 0) {
+        logits_.restore(std::move(last));
+    } else {
+        logits_.clear();
+    }
+}
+
+void Engine::drop_context() {
+    tokens_.clear();
+    logits_.clear();
+    checkpoints_.clear();
+    pending_ = 0;
+    kv_.rec.clear();
 }
 
 luce_stats Engine::stats() const {

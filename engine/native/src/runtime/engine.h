@@ -69,10 +69,21 @@ public:
     void reset_stats() { stats_ = {}; }
     luce_memory_plan memory_plan() const { return plan_; }
 
+    // What state_file.cpp reads when it saves this context and replaces when it loads one.
+    ContextState & context_state() { return kv_; }
+    const luce_engine_params & params() const { return params_; }
+    bool has_pending() const { return pending_ > 0; }
+    LogitRows::Saved last_logits() { return logits_.save_last(); }
+    // A state file was read into the stores: the context is `tokens`, `last` the logits after them.
+    void adopt_state(std::vector<int32_t> tokens, LogitRows::Saved last);
+    // The stores no longer hold what tokens_ says (a read failed half-way): an empty context.
+    void drop_context();
+
 private:
     // One graph launch over tokens [0, n) appended at the current end of the context: the graph
     // for its shape, its inputs, the computation, its outputs.
-    void eval(const int32_t * tokens, int32_t n, bool logits_all, bool verify = false);
+    // decode: a step's one token (prompts stay on the scheduler; see eval)
+    void eval(const int32_t * tokens, int32_t n, bool logits_all, bool verify = false, bool decode = false);
     ForwardGraph & select_graph(const GraphShape & shape, bool piecewise);
     void set_inputs(ForwardGraph & g, const int32_t * tokens, int32_t n);
     void read_outputs(ForwardGraph & g, bool logits_all, bool verify, bool replay_on_failure);
@@ -105,7 +116,7 @@ private:
     std::unique_ptr<SmallBatchRunner> small_batch_;   // CUDA: few-token graphs with our matmul kernels
     bool graph_piecewise_ = false;           // graph_ runs on small_batch_ (else on the scheduler)
     // params.debug_piecewise on a CPU: every graph computes in pieces cut around its matmuls
-    // (graph_pieces.h), which must give the scheduler's results bit for bit (tests/test_graph_pieces.py)
+    // (graph_views.h), which must give the scheduler's results bit for bit (tests/test_graph_pieces.py)
     bool debug_piecewise_ = false;
     ggml_status compute_in_pieces(ggml_cgraph * gf);
 

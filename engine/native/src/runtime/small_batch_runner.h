@@ -1,13 +1,17 @@
-// small_batch_runner.h — runs a graph of a few tokens (a draft's verification) on a CUDA
-// device with its quantized matmuls on luce's small-batch GEMM (cuda/small_batch_gemm.h) and every
-// other node on ggml's CUDA backend.
+// small_batch_runner.h — runs a graph of a few tokens (a decode step, a draft's verification) on a
+// CUDA device with its quantized matmuls on luce's small-batch GEMM (cuda/small_batch_gemm.h) and
+// every other node on ggml's CUDA backend.
 //
 // ggml's CUDA backend offers no way to plug a kernel into its graphs, so the graph is computed in
-// pieces: the node ranges between our matmuls go to ggml (each replayed as a CUDA graph once warm),
-// the matmuls to the stream ggml computes on, where stream order alone orders the two (the host does
-// not wait). Where that stream cannot be found, the matmuls go to a stream of their own, with two
-// events a piece ordering the streams. Memory is the scheduler's: the graph is allocated as usual, as one split on the device with
-// its inputs there too, and computed in the same node order the allocator planned for.
+// pieces: the node ranges between our matmuls go to ggml (as views that keep the graph's use counts,
+// so ggml fuses within them: graph_views.h), the matmuls to the stream ggml computes on, where
+// stream order alone orders the two (the host does not wait); where that stream cannot be found,
+// to a stream of their own, with two events a piece ordering the streams. With step graphs on (and
+// ggml's stream found), the second compute of a graph captures all of it, ggml's pieces and our
+// kernels, as one CUDA graph, and every later compute replays that graph alone: no per-piece
+// launches and no gaps between them. Memory is the scheduler's: the graph is allocated as usual, as
+// one split on the device with its inputs there too, and computed in the node order the allocator
+// planned for.
 #pragma once
 
 #include "ggml-backend.h"
@@ -18,10 +22,9 @@
 
 namespace luce {
 
-// Graphs of 4..16 tokens: on the H200 (bench/RESULTS.md) ggml's MMVQ stayed cheaper for 2 tokens
-// (12.6 against 15.6 ms a verify) and its MMQ for 32 (28.3 against 39.1 ms); ours won at 4, 8
-// and 16. A 1-token decode step on ours was slower (75.0 against 84.4 tok/s): see engine.cpp.
-constexpr int kSmallBatchMinTokens = 4;
+// Graphs of 1..16 tokens: decode steps and verifies. ggml's MMQ stays cheaper at 32 (28.3 against
+// 39.1 ms a verify on the H200, bench/RESULTS.md).
+constexpr int kSmallBatchMinTokens = 1;
 constexpr int kSmallBatchMaxTokens = 16;
 
 // Device scratch the runner may hold for a model whose widest matmul input has k_max values
@@ -44,6 +47,9 @@ public:
     virtual bool prepare(ggml_backend_sched_t sched, ggml_cgraph * gf) = 0;
     // Computes the prepared graph and waits for it.
     virtual ggml_status compute(ggml_cgraph * gf) = 0;
+    // How the last compute() ran: in pieces, captured as one CUDA graph, or replayed from it.
+    enum class Ran { pieces, captured, replayed };
+    virtual Ran last_ran() const = 0;
     // Matmuls of the prepared graph that run on our kernels.
     virtual int n_replaced() const = 0;
     // Device scratch held for the quantized activations.
@@ -52,7 +58,8 @@ public:
 
 // The runner for `backend`, or null when it cannot run there: not a CUDA device of compute
 // capability 8.0 or more, or luce built without CUDA. (Engines made with
-// luce_engine_params.small_batch_kernels false never ask for one.)
-std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend);
+// luce_engine_params.small_batch_kernels false never ask for one.) step_graphs: capture and replay
+// each prepared graph as one CUDA graph (luce_engine_params.step_graphs).
+std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend, bool step_graphs);
 
 } // namespace luce
