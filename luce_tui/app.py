@@ -96,7 +96,7 @@ class LuceApp(CommandsMixin, App):
                 settings["system"] = self.opts.system
             self.persist = Persistence(store, settings)
         self.states = None
-        if store is not None:
+        if store is not None and not self.remote:   # a server's model keeps its own state
             from luce_tui.session_state import SessionStates
 
             self.states = SessionStates(store.data_dir, self.engine, budget_gib=self.opts.state_budget_gib,
