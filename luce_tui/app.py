@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Footer, Header
 
-from luce_tui import config, themes
+from luce_tui import config, events, themes
 from luce_tui.app_commands import CommandsMixin
 from luce_tui.attachments import Attachment, budget_error
 from luce_tui.conversation import Conversation
@@ -72,13 +72,20 @@ class LuceApp(CommandsMixin, App):
         Binding("ctrl+n", "new_chat", "new chat", show=False),
     ]
 
-    def __init__(self, runtime, sampling, options: ChatOptions | None = None, *, store=None, store_error: str | None = None):
+    def __init__(self, runtime, sampling, options: ChatOptions | None = None, *, store=None, store_error: str | None = None,
+                 conv=None):
+        """conv: a RemoteConversation (--remote; runtime is None then): the model is on a server."""
         super().__init__()
-        self.runtime, self.engine, self.model = runtime, runtime.engine, runtime.engine.model
         self.sampling = sampling
         self.opts = options or ChatOptions()
-        self.conv = Conversation(self.engine, system=self.opts.system, speculator=runtime.speculator,
-                                 compressor=runtime.compressor)
+        self.remote = conv is not None
+        if conv is None:
+            self.runtime, self.engine, self.model = runtime, runtime.engine, runtime.engine.model
+            conv = Conversation(self.engine, system=self.opts.system, speculator=runtime.speculator,
+                                compressor=runtime.compressor)
+        else:
+            self.runtime, self.engine, self.model = runtime, conv.engine, conv.model
+        self.conv = conv
         self.store, self.store_error = store, store_error
         self.persist = None
         if store is not None:
@@ -89,7 +96,7 @@ class LuceApp(CommandsMixin, App):
                 settings["system"] = self.opts.system
             self.persist = Persistence(store, settings)
         self.states = None
-        if store is not None:
+        if store is not None and not self.remote:   # a server's model keeps its own state
             from luce_tui.session_state import SessionStates
 
             self.states = SessionStates(store.data_dir, self.engine, budget_gib=self.opts.state_budget_gib,
@@ -137,8 +144,12 @@ class LuceApp(CommandsMixin, App):
         self.chat.anchor()
         self._update_title()
         m = self.model
+        ctx = f" · n_ctx {self.engine.n_ctx:,}" if self.engine.n_ctx else ""
         await self.say(f"luce-chat: /help lists the commands, Ctrl+P opens the palette · {self.model_label} "
-                       f"({m.arch}) on {m.device} · n_ctx {self.engine.n_ctx:,}")
+                       f"({m.arch}) on {m.device}{ctx}")
+        if self.remote:
+            await self.say("the model runs on the server: attachment sizes are estimates, PFlash and --draft "
+                           "are the server's settings")
         if self.opts.note:
             await self.say(self.opts.note, "warning")
         for w in warnings:
@@ -172,7 +183,8 @@ class LuceApp(CommandsMixin, App):
     @property
     def model_label(self) -> str:
         """The model as people name it: its file name (a GGUF's general.name is often a training tag)."""
-        name = Path(self.model.path).name
+        # (llama.cpp's server names its model by the file's path)
+        name = Path(self.model.name if self.remote else self.model.path).name
         return name[:-5] if name.endswith(".gguf") else name
 
     async def say(self, text: str, kind: str = "info") -> Notice:
@@ -262,21 +274,15 @@ class LuceApp(CommandsMixin, App):
         self.chat.anchor()
         conv, opts = self.conv, self.opts
 
-        def work(job: Job):
-            # PFlash first: a compressed attachment is what has to fit the context
-            conv.compress_attachments(history, job.on_score)
-            if job.cancel_requested.is_set():   # Esc while scoring, or before the scorer cleared its flag
-                from luce_engine import GenerationCancelled
-
-                raise GenerationCancelled("cancelled")
-            prompt = conv.encode(history)
+        def admit(prompt: list[int]) -> None:   # (a remote conversation has no prompt tokens to check)
             problem = budget_error(len(prompt), self.engine.n_ctx, self._reply_reserve(), self.model.n_ctx_train,
                                    **self._advice_context(history))
             if problem:
                 raise BudgetError(problem)
-            return conv.respond(history, sampling=self.sampling, max_tokens=opts.max_tokens,
-                                on_progress=job.on_progress, on_step=job.on_step, on_start=job.on_start,
-                                stop=job.cancel_requested)
+
+        def work(job: Job):
+            return conv.run_turn(history, sampling=self.sampling, max_tokens=opts.max_tokens, emit=job.emit,
+                                 stop=job.cancel_requested, admit=admit, clock=job.clock)
 
         job = Job("reply", work, self, cancel=conv.cancel, clock=self.job_clock)
         job.info = {"msg": msg, "atts": atts, "widgets": widgets, "reply_w": reply_w, "edit": edit,
@@ -300,25 +306,24 @@ class LuceApp(CommandsMixin, App):
             await self._apply(self.job, self.job.drain())
             self._show_stats()
 
-    async def _apply(self, job: Job, events: list[tuple]) -> None:
+    async def _apply(self, job: Job, evs: list[events.Event]) -> None:
         """One frame's worth of queued events: one widget update for all the new text."""
         spans: list[tuple[str, bool]] = []
         live = self.live
-        for ev in events:
-            kind, t = ev[0], ev[1]
-            if kind == "start":
-                live.start(t, ev[2], ev[3])
-                live.ctx_used = ev[2]
-            elif kind == "progress":
-                live.progress(t, ev[2], ev[3])
-                live.ctx_used = live.reused + ev[2]
-            elif kind == "score":
-                live.score(t, ev[2], ev[3])
-            elif kind == "step":
-                step = ev[2]
-                live.step(t, step)
-                live.ctx_used = live.prompt_tokens + live.decode_tokens
-                spans.extend(step.spans)
+        for ev in evs:
+            match ev:
+                case events.Started(reused=reused, prompt_tokens=n, t=t):
+                    live.start(t, reused, n)
+                    live.ctx_used = reused
+                case events.PrefillProgress(done=done, total=total, t=t):
+                    live.progress(t, done, total)
+                    live.ctx_used = live.reused + done
+                case events.ScoringProgress(done=done, total=total, t=t):
+                    live.score(t, done, total)
+                case events.Step(t=t):
+                    live.step(t, ev)
+                    live.ctx_used = live.prompt_tokens + live.decode_tokens
+                    spans.extend(ev.spans)
         if spans and job.kind == "reply":
             await job.info["reply_w"].append(spans)
 
@@ -559,7 +564,7 @@ def _error_text(err: BaseException) -> str:
     return str(err) or type(err).__name__
 
 
-def run_app(runtime, sampling, args, *, note: str | None = None) -> int:
+def run_app(runtime, sampling, args, *, note: str | None = None, conv=None) -> int:
     """luce-chat without -p/--plain on a terminal."""
     from luce_tui import locations
 
@@ -595,7 +600,7 @@ def run_app(runtime, sampling, args, *, note: str | None = None) -> int:
                        threads=args.threads or config.default_threads(),
                        state_budget_gib=_state_budget(args),
                        history_file=_history_path(data), user_themes=locations.themes_dir())
-    app = LuceApp(runtime, sampling, opts, store=store, store_error=store_error)
+    app = LuceApp(runtime, sampling, opts, store=store, store_error=store_error, conv=conv)
     try:
         app.run()
     finally:

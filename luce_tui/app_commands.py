@@ -46,8 +46,9 @@ class CommandsMixin:
     async def cmd_stats(self, rest: str) -> None:
         eng, last = self.engine, self.last_result
         s = eng.stats()
+        of = f" of {eng.n_ctx:,}" if eng.n_ctx else ""
         lines = [f"last reply: {last.summary()}" if last else "last reply: none yet",
-                 f"context: {eng.n_past:,} of {eng.n_ctx:,} tokens in use, {len(self.conv.messages)} messages",
+                 f"context: {eng.n_past:,}{of} tokens in use, {len(self.conv.messages)} messages",
                  f"total: prefill {s['n_prefill_tokens']:,} tok in {s['prefill_ms'] / 1e3:.2f} s, "
                  f"decode {s['n_decode_tokens']:,} tok in {s['decode_ms'] / 1e3:.2f} s"]
         if last is not None and last.acceptance is not None:
@@ -57,6 +58,9 @@ class CommandsMixin:
 
     async def cmd_model(self, rest: str) -> None:
         m, eng = self.model, self.engine
+        if self.remote:
+            await self.say(f"model:   {m.name} on the server {m.url}" + (f"\ncontext: n_ctx {m.n_ctx:,}" if m.n_ctx else ""))
+            return
 
         def prefill_line() -> str:
             comp = getattr(self.conv, "compressor", None)
@@ -197,6 +201,8 @@ class CommandsMixin:
         self.pending.append(att)
         self._refresh_chips()
         n_ctx = self.engine.n_ctx
+        if not n_ctx:   # a server that does not say its context: it checks the prompt itself
+            return
         total = sum(a.n_tokens for a in self.pending)
         comp = self.conv.compressor
         plan = attachments.compress_plan(self.pending, comp)

@@ -103,6 +103,9 @@ def read(path: str | Path, tokenizer, name: str | None = None) -> Attachment:
 
 
 def from_text(name: str, text: str, tokenizer) -> Attachment:
+    """tokenizer None (a model on a server, --remote): the size is estimated at 4 bytes a token."""
+    if tokenizer is None:
+        return Attachment(name, text, len(text.encode("utf-8")) // 4 + 1)
     return Attachment(name, text, len(tokenizer.encode(text, add_special=False, parse_special=False)))
 
 

@@ -59,12 +59,30 @@ class _Parser(argparse.ArgumentParser):
                               f"(`{self.prog} --help` lists them)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(serve: bool = False) -> argparse.ArgumentParser:
+    """The flags of luce-chat; serve=True: those of `luce-chat serve` (the same model, engine,
+    speculation, PFlash and sampling flags, and the server's own instead of the modes)."""
     from luce_engine import Sampling
 
     chat = Sampling.chat_default()
+    if serve:
+        p = _Parser(prog="luce-chat serve",
+                    description="Serve the model over an OpenAI-compatible HTTP API (POST /v1/chat/completions).")
+        srv = p.add_argument_group("server")
+        srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+        srv.add_argument("--port", type=_non_negative, default=8080, help="port (default: 8080; 0 picks a free one)")
+        srv.add_argument("--api-key", metavar="KEY", help="require `Authorization: Bearer KEY` on /v1/*")
+        srv.add_argument("--max-queue", type=_non_negative, default=8, metavar="N",
+                         help="requests that may wait behind the running one; more get 429 (default: 8)")
+        srv.add_argument("--keepalive", type=float, default=10.0, metavar="S",
+                         help="seconds between SSE keep-alive comments while a stream has nothing to send (default: 10)")
+        srv.add_argument("--model-name", metavar="NAME",
+                         help="the model id in /v1/models and responses (default: the GGUF's file name)")
+        _model_flags(p, chat)
+        return p
     p = _Parser(
-        prog="luce-chat", description="Chat with a local GGUF model in the terminal (inference runs in-process).")
+        prog="luce-chat", description="Chat with a local GGUF model in the terminal (inference runs in-process).",
+        epilog="`luce-chat serve --help`: the OpenAI-compatible server on the same engine.")
     mode = p.add_argument_group("mode")
     mode.add_argument("-p", "--prompt", metavar="TEXT",
                       help="answer one question and exit (stream to stdout); '-' reads it from stdin")
@@ -76,7 +94,24 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--plan", action="store_true", help="print the memory plan for these settings and exit")
     mode.add_argument("--plan-memory", metavar="SIZE", default=None,
                       help="with --plan: check the plan against a device of this size (e.g. 24GiB) instead of this machine")
+    _model_flags(p, chat)
+    remote = p.add_argument_group("remote backend (instead of the in-process engine)")
+    remote.add_argument("--remote", metavar="URL",
+                        help="chat with the model of an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 "
+                             "(luce-chat serve, llama.cpp, vLLM, SGLang …); the model flags then do not apply")
+    remote.add_argument("--api-key", metavar="KEY", help="with --remote: the server's API key")
+    remote.add_argument("--model", metavar="NAME", help="with --remote: the model to ask for (default: the server's first)")
+    misc = p.add_argument_group("other")
+    misc.add_argument("--data-dir", metavar="DIR",
+                      help="where history is kept (default: $LUCE_DATA_DIR, else $XDG_DATA_HOME/luce)")
+    misc.add_argument("--theme", metavar="NAME", help="colour theme of the app: dark, light, high-contrast, "
+                      "or a file's name in ~/.config/luce/themes/ (default: dark)")
+    misc.add_argument("--stats", action="store_true", help="print a stats line on stderr after the reply")
+    return p
 
+
+def _model_flags(p: argparse.ArgumentParser, chat) -> None:
+    """The flags the app and the server share: model, engine, speculation, PFlash, sampling."""
     model = p.add_argument_group("model and engine")
     model.add_argument("--target", metavar="PATH", help="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
     model.add_argument("--draft", metavar="PATH",
@@ -136,16 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"most tokens per reply (default: {config.DEFAULT_MAX_TOKENS})")
     s.add_argument("--system", metavar="TEXT", help="system prompt (default: the model template's own)")
 
-    misc = p.add_argument_group("other")
-    misc.add_argument("--data-dir", metavar="DIR",
-                      help="where history is kept (default: $LUCE_DATA_DIR, else $XDG_DATA_HOME/luce)")
-    misc.add_argument("--theme", metavar="NAME", help="colour theme of the app: dark, light, high-contrast, "
-                      "or a file's name in ~/.config/luce/themes/ (default: dark)")
-    misc.add_argument("--config", metavar="PATH", help="config file (default: ~/.config/luce/config.toml)")
-    misc.add_argument("-v", "--verbose", action="store_true", help="model info and per-reply stats on stderr")
-    misc.add_argument("--stats", action="store_true", help="print a stats line on stderr after the reply")
-    misc.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    return p
+    common = p.add_argument_group("configuration")
+    common.add_argument("--config", metavar="PATH", help="config file (default: ~/.config/luce/config.toml)")
+    common.add_argument("-v", "--verbose", action="store_true", help="model info and per-reply stats on stderr")
+    common.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
 
 
 def _stdin_text() -> str:
@@ -440,12 +469,15 @@ class _Progress:
             self.shown = False
 
 
-def run_once(runtime: Runtime, question: str, sampling, args) -> int:
-    """-p: stream one answer to stdout; progress and stats go to stderr."""
-    from luce_tui.conversation import Conversation
+def run_once(runtime: Runtime | None, question: str, sampling, args, conv=None) -> int:
+    """-p: stream one answer to stdout; progress and stats go to stderr. conv: the conversation to
+    use (a RemoteConversation for --remote), else one on the runtime's engine."""
+    from luce_tui import events
+    from luce_tui.conversation import Conversation, sigint_cancels
 
-    conv = Conversation(runtime.engine, system=args.system, speculator=runtime.speculator,
-                        compressor=runtime.compressor)
+    if conv is None:
+        conv = Conversation(runtime.engine, system=args.system, speculator=runtime.speculator,
+                            compressor=runtime.compressor)
     progress = _Progress()
     out = sys.stdout
 
@@ -454,18 +486,46 @@ def run_once(runtime: Runtime, question: str, sampling, args) -> int:
         out.write(text)
         out.flush()
 
-    result = conv.reply(question, sampling=sampling, max_tokens=args.max_tokens, on_text=write, on_progress=progress)
+    failure: list[BaseException] = []
+    result = None
+
+    def emit(ev: events.Event) -> None:
+        nonlocal result
+        match ev:
+            case events.PrefillProgress(done=done, total=total):
+                progress(done, total)
+            case events.Step(text=text) if text:
+                write(text)
+            case events.Finished(result=r):
+                result = r
+            case events.Error(error=error):
+                failure.append(error)
+
+    with sigint_cancels(conv.cancel):
+        conv.run_turn([{"role": "user", "content": question}], sampling=sampling, max_tokens=args.max_tokens,
+                      emit=emit)
     progress.clear()
+    if failure:
+        from luce_engine import GenerationCancelled
+
+        if isinstance(failure[0], GenerationCancelled):   # Ctrl+C before the answer started
+            print("luce-chat: cancelled", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        raise failure[0]
     if result.compression and (args.stats or args.verbose):
         print(f"luce-chat: {result.compression}", file=sys.stderr)
     out.write("\n")
     out.flush()
     if args.stats or args.verbose:
         print(f"[{result.summary()}]", file=sys.stderr)
-    if args.verbose and runtime.spec_note:   # --stats keeps its one line
+    if args.verbose and runtime is not None and runtime.spec_note:   # --stats keeps its one line
         print(f"luce-chat: {runtime.spec_note}", file=sys.stderr)
     if result.finish_reason == "context":
         print("luce-chat: the context is full; raise --max-ctx for longer answers", file=sys.stderr)
+    if result.finish_reason == "dropped":
+        print("luce-chat: error: the server closed the stream before the reply ended (the partial reply is above)",
+              file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_INTERRUPTED if result.finish_reason == "cancelled" else 0
 
 
@@ -477,6 +537,11 @@ def speculative_note(args) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        from luce_tui.serve import main as serve_main
+
+        return serve_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     from luce_tui import userconfig
@@ -510,6 +575,10 @@ def main(argv: list[str] | None = None) -> int:
     from luce_engine.chat_template import ChatTemplateError
     from luce_engine.tokenizer import TokenizerError
 
+    if args.remote is not None:
+        return _run_remote(args, sampling, tui)
+    if args.api_key is not None or args.model is not None:
+        parser.error("--api-key and --model go with --remote")
     try:
         settings = config.engine_settings(args)
         if args.plan:
@@ -538,6 +607,33 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:     # `luce-chat -p ... | head`: the reader left; that is fine
         # Point stdout at /dev/null so the interpreter's final flush does not complain again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _run_remote(args, sampling, tui: bool) -> int:
+    """--remote: the same front ends on a RemoteConversation."""
+    from luce_tui.remote import RemoteConversation, RemoteError
+
+    if args.plan:
+        return _fail("--plan describes the in-process engine; it does not apply with --remote")
+    try:
+        conv = RemoteConversation(args.remote, api_key=args.api_key, model=args.model, system=args.system)
+        if tui:
+            from luce_tui.app import run_app
+
+            return run_app(None, sampling, args, conv=conv)
+        if args.prompt is not None:
+            return run_once(None, args.prompt, sampling, args, conv=conv)
+        from luce_tui.plain import run_plain
+
+        return run_plain(None, sampling, args, conv=conv)
+    except RemoteError as e:
+        return _fail(str(e))
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 

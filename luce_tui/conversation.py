@@ -5,13 +5,11 @@ turn renders the whole conversation, keeps the longest common prefix of the cont
 prompt, and prefills only the rest. A normal follow-up turn therefore evaluates just the new user
 message; editing the system prompt or retrying rewinds the context to where the prompts diverge.
 
-Generation runs on a worker thread so the main thread stays responsive: Ctrl+C (SIGINT) is turned
-into engine.cancel(), which stops the engine at its next graph boundary, and the partial reply is kept
-(`cancel()` does the same from any thread, e.g. the TUI's Esc).
-
-A cancel belongs to one turn: each turn has its own stop event (a caller may pass its own, set before
-the turn begins), and the engine's cancel flag, which stays armed after the work it stopped, is
-cleared when the next turn starts, before it rewinds the context.
+A reply is one typed event stream (events.py): run_turn() runs it on the calling thread (the app's
+job thread, the server's engine thread, the main thread of -p and the plain REPL) and hands each event
+to its `emit`; reply()/retry()/respond() wrap it with callbacks for the Python API. `cancel()` (any
+thread) stops the engine at its next graph boundary and the partial reply is kept; a plain front end
+turns Ctrl+C into that with `sigint_cancels`.
 
 Messages are dicts with "role" and "content"; a user message may also carry "attachments", a list
 of {"name", "text"} parts that are rendered into the prompt at send time (after the typed text, one
@@ -29,26 +27,36 @@ Only attachments are ever compressed: the system prompt, earlier turns and the q
 from __future__ import annotations
 
 import dataclasses
-import queue
 import re
 import secrets
 import signal
 import threading
-from typing import Callable
+import time
+from typing import Callable, Sequence
 
-from luce_engine import ContextFullError, Engine, GenerationCancelled, Sampling, StepResult
+from luce_engine import ContextFullError, Engine, GenerationCancelled, Sampling
 from luce_engine.chat_template import ChatTemplateError
+
+from luce_tui import events
 
 TextFn = Callable[[str], object]
 ProgressFn = Callable[[int, int], object]
 
 
-StepFn = Callable[[StepResult], object]
+StepFn = Callable[[events.Step], object]
 StartFn = Callable[[int, int], object]   # (reused tokens, prompt tokens) once the prefix is known
 
 
 class ConversationError(Exception):
     """A request the conversation cannot serve in its current state (e.g. /retry with no reply)."""
+
+
+class PromptTooLong(ContextFullError):
+    """The rendered prompt does not leave room for a reply in the context (numbers kept for the server's 400)."""
+
+    def __init__(self, prompt_tokens: int, n_ctx: int):
+        super().__init__(f"the conversation is {prompt_tokens} tokens but the context holds {n_ctx}")
+        self.prompt_tokens, self.n_ctx = prompt_tokens, n_ctx
 
 
 @dataclasses.dataclass
@@ -96,6 +104,10 @@ class TurnResult:
                 + (f"AL {self.accept_length:.2f}, {100 * self.acceptance:.0f}% of drafts accepted | "
                    if self.accept_length else "")
                 + f"finish: {self.finish_reason}")
+
+
+# Message keys besides role and content that reach the chat template: those of tool use (OpenAI's names).
+_TEMPLATE_KEYS = ("tool_calls", "tool_call_id", "name", "reasoning_content")
 
 
 def fence(text: str) -> str:
@@ -158,9 +170,12 @@ class Conversation:
 
     # -- prompt ----------------------------------------------------------------------------
     def chat_messages(self, history: list[dict] | None = None) -> list[dict]:
+        """The messages as the chat template takes them: the system prompt first (when set), each
+        content rendered with its attachments; the OpenAI keys of tool use travel along."""
         history = self.messages if history is None else history
         head = [{"role": "system", "content": self.system}] if self.system else []
-        return head + [{"role": m["role"], "content": render_content(m)} for m in history]
+        return head + [dict({k: m[k] for k in _TEMPLATE_KEYS if k in m}, role=m["role"], content=render_content(m))
+                       for m in history]
 
     def default_system(self) -> str | None:
         """The system prompt the template writes when none is set (SmolLM2's names itself), or None.
@@ -180,38 +195,46 @@ class Conversation:
             return before[len(start):len(before) - len(end)] or None
         return None
 
-    def render(self, history: list[dict] | None = None, add_generation_prompt: bool = True) -> str:
-        return self.template.render(self.chat_messages(history), add_generation_prompt=add_generation_prompt)
+    def render(self, history: list[dict] | None = None, add_generation_prompt: bool = True, *,
+               tools: list | None = None, template_kwargs: dict | None = None) -> str:
+        return self.template.render(self.chat_messages(history), add_generation_prompt=add_generation_prompt,
+                                    tools=tools, **(template_kwargs or {}))
 
-    def encode(self, history: list[dict] | None = None, add_generation_prompt: bool = True) -> list[int]:
+    def encode(self, history: list[dict] | None = None, add_generation_prompt: bool = True, *,
+               tools: list | None = None, template_kwargs: dict | None = None, reply_prefix: str = "") -> list[int]:
         """Prompt tokens for the conversation, ending in the assistant header (unless
         add_generation_prompt is False: then just the history, e.g. to prefill a resumed chat).
         Only the template's markup may become control tokens; message text (typed or attached)
-        is always tokenized as text, so a file that holds '<|im_end|>' cannot end its turn."""
+        is always tokenized as text, so a file that holds '<|im_end|>' cannot end its turn.
+        tools and template_kwargs go to the template (tool definitions are its markup); reply_prefix
+        is markup that opens the reply (the server's forced tool call)."""
         tok = self.tokenizer
         chat = self.chat_messages(history)
-        text = self.template.render(chat, add_generation_prompt=add_generation_prompt)
-        if self._encoded is not None and self._encoded[0] == text:
+        extra = dict(template_kwargs or {}, tools=tools)
+        text = self.template.render(chat, add_generation_prompt=add_generation_prompt, **extra)
+        if self._encoded is not None and self._encoded[0] == text + reply_prefix:
             return list(self._encoded[1])
-        ids = tok.encode_parts(self._prompt_parts(chat, add_generation_prompt, text), add_special=False)
+        parts = self._prompt_parts(chat, add_generation_prompt, text, extra) + [(reply_prefix, True)] * bool(reply_prefix)
+        ids = tok.encode_parts(parts, add_special=False)
         # Add BOS when the model wants one and the template did not already write it.
         if tok.add_bos and tok.bos_id is not None and ids[:1] != [tok.bos_id]:
             ids.insert(0, tok.bos_id)
-        self._encoded = (text, list(ids))
+        self._encoded = (text + reply_prefix, list(ids))
         return ids
 
-    def _prompt_parts(self, chat: list[dict], add_generation_prompt: bool, text: str) -> list[tuple[str, bool]]:
+    def _prompt_parts(self, chat: list[dict], add_generation_prompt: bool, text: str,
+                      extra: dict) -> list[tuple[str, bool]]:
         """The rendered prompt `text` as (piece, parse_special) parts: markup True, message text False.
 
         The template is rendered again with a unique placeholder for each message's content, which
         marks where the content goes. That holds only if putting the contents back gives `text`
         exactly. A template that rewrites a content (Qwen's drop the <think> part of earlier
-        replies) fails that check; then only the system and user contents get placeholders (the
+        replies) fails that check; then only the system, user and tool contents get placeholders (the
         replies are the model's own output and stay markup). If that fails too, the whole text is
-        markup, which is safe only while no system or user content holds control-token text; such
+        markup, which is safe only while no system, user or tool content holds control-token text; such
         a message is refused rather than turned into control tokens."""
         nonce = secrets.token_hex(8)
-        for roles in (None, ("system", "user")):
+        for roles in (None, ("system", "user", "tool")):
             if roles is not None and all(m["role"] in roles for m in chat):
                 break   # the same render as the first pass
             slots, masked = {}, []
@@ -222,7 +245,7 @@ class Conversation:
                     m = dict(m, content=mark)
                 masked.append(m)
             try:
-                rendered = self.template.render(masked, add_generation_prompt=add_generation_prompt)
+                rendered = self.template.render(masked, add_generation_prompt=add_generation_prompt, **extra)
             except ChatTemplateError:
                 continue
             pieces = re.split(f"(\ue000{nonce}:\\d+\ue001)", rendered)   # odd items: the placeholders
@@ -318,140 +341,165 @@ class Conversation:
               on_progress: ProgressFn | None = None, on_step: StepFn | None = None,
               on_start: StartFn | None = None, stop: threading.Event | None = None) -> TurnResult:
         """Replace the last assistant reply by a newly generated one."""
+        return self.respond(self.retry_history(), sampling=sampling, max_tokens=max_tokens, on_text=on_text,
+                            on_progress=on_progress, on_step=on_step, on_start=on_start, stop=stop)
+
+    def retry_history(self) -> list[dict]:
+        """The history a retry answers again: the messages without the last reply."""
         if not self.messages or self.messages[-1]["role"] != "assistant":
             raise ConversationError("there is no reply to retry yet")
-        return self.respond(self.messages[:-1], sampling=sampling, max_tokens=max_tokens, on_text=on_text,
-                            on_progress=on_progress, on_step=on_step, on_start=on_start, stop=stop)
+        return self.messages[:-1]
 
     def respond(self, history: list[dict], *, sampling: Sampling, max_tokens: int, on_text: TextFn | None = None,
                 on_progress: ProgressFn | None = None, on_step: StepFn | None = None,
                 on_start: StartFn | None = None, stop: threading.Event | None = None) -> TurnResult:
-        """Generate the assistant's reply to `history` (ending in a user message); afterwards
-        self.messages is history + the reply. Used for new turns, retries and edited turns.
-        stop: this turn's cancel request (set from any thread, also before the turn starts);
-        cancel() sets it too."""
-        return self._run(history, sampling, max_tokens, on_text, on_progress, on_step, on_start,
-                         stop or threading.Event())
+        """run_turn() with callbacks for who wants them (the Python API, tests): returns the
+        TurnResult, raises the turn's error."""
+        outcome: list = []
 
-    def _run(self, history: list[dict], sampling: Sampling, max_tokens: int, on_text: TextFn | None,
-             on_progress: ProgressFn | None, on_step: StepFn | None, on_start: StartFn | None,
-             stop: threading.Event) -> TurnResult:
-        # Everything that can fail before generation leaves self.messages untouched.
+        def emit(ev: events.Event) -> None:
+            match ev:
+                case events.Started(reused=reused, prompt_tokens=n) if on_start:
+                    on_start(reused, n)
+                case events.PrefillProgress(done=done, total=total) if on_progress:
+                    on_progress(done, total)
+                case events.Step() if on_step or on_text:
+                    if on_step:
+                        on_step(ev)
+                    if ev.text and on_text:
+                        on_text(ev.text)
+                case events.Finished(result=result):
+                    outcome.append(result)
+                case events.Error(error=error):
+                    outcome.append(error)
+
+        self.run_turn(history, sampling=sampling, max_tokens=max_tokens, emit=emit, stop=stop)
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
+
+    def run_turn(self, history: list[dict], *, sampling: Sampling, max_tokens: int, emit: Callable[[events.Event], object],
+                 stop: threading.Event | None = None, stop_strings: Sequence[str] = (), tools: list | None = None,
+                 template_kwargs: dict | None = None, reply_prefix: str = "",
+                 admit: Callable[[list[int]], object] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> TurnResult | None:
+        """Generate the assistant's reply to `history` (ending in a user or tool message) on the
+        calling thread, handing each event of the reply to `emit` (events.py says their order);
+        afterwards self.messages is history + the reply. Returns the TurnResult, or None after an
+        Error event (then nothing changed).
+
+        stop: this turn's cancel request (set from any thread, also before the turn starts);
+        cancel() sets it too. stop_strings end the reply where one appears (cut before it).
+        tools, template_kwargs: handed to the chat template (tool definitions, enable_thinking);
+        reply_prefix: markup the prompt writes as the start of the reply (not part of its text).
+        admit(prompt ids): raise to refuse a prompt (the app's context budget). An exception
+        raised by `emit` itself stops the engine and propagates (a closed pipe under -p)."""
+        stop = stop or threading.Event()
         self._stop = stop
-        try:
-            with _sigint_cancels(self.cancel):
-                self.compress_attachments(history, on_progress)
-        except BaseException:
-            self._stop = None
-            raise
-        compressed, self._compressed = self._compressed, []
-        try:
-            prompt = self.encode(history)
-            if not prompt:
-                raise ConversationError("the chat template rendered an empty prompt")
-            n_ctx = self.engine.n_ctx
-            if len(prompt) >= n_ctx:
-                raise ContextFullError(f"the conversation is {len(prompt)} tokens but the context holds {n_ctx}")
-        except BaseException:
-            self._stop = None
-            raise
-        events: queue.SimpleQueue = queue.SimpleQueue()
-        worker = threading.Thread(target=self._generate, name="luce-generate", daemon=True,
-                                  args=(prompt, sampling, max_tokens, stop, events))
-        before = self.engine.stats()
-        text, reason, generated, reused = [], "cancelled", 0, 0
-        steps = drafted = accepted = 0
-        with _sigint_cancels(lambda: (stop.set(), self.engine.cancel())):
-            worker.start()
+
+        def out(ev: events.Event) -> None:
             try:
-                while (ev := events.get())[0] != "end":
-                    if ev[0] == "reused":
-                        reused = ev[1]
-                        if on_start:
-                            on_start(reused, len(prompt))
-                    elif ev[0] == "progress":
-                        if on_progress:
-                            on_progress(ev[1], ev[2])
-                    elif ev[0] == "step":
-                        r = ev[1]
-                        generated += len(r.tokens)
-                        steps += 1 if r.tokens else 0
-                        drafted, accepted = drafted + r.n_drafted, accepted + r.n_accepted
-                        reason = r.finish_reason or reason
-                        if on_step:
-                            on_step(r)
-                        if r.text:
-                            text.append(r.text)
-                            if on_text:
-                                on_text(r.text)
-                    else:   # "error"
-                        raise ev[1]
-            except BaseException:
-                # Also for failures of on_text (a closed pipe): never leave the worker running.
-                stop.set()
-                self.engine.cancel()
-                worker.join()
+                emit(ev)
+            except BaseException as e:
+                raise _EmitFailed(e) from e
+
+        def progress(kind):
+            def report(done: int, total: int) -> bool:
+                out(kind(done, total, clock()))
+                return not stop.is_set()
+            return report
+
+        try:
+            try:
+                return self._turn(history, sampling, max_tokens, stop, stop_strings, tools, template_kwargs,
+                                  reply_prefix, admit, out, progress, clock)
+            except _EmitFailed:
                 raise
-            finally:
-                self._stop = None
-        worker.join()
+            except Exception as e:
+                # Everything that fails before the reply leaves self.messages untouched.
+                out(events.Error(e, clock()))
+                return None
+        except _EmitFailed as e:
+            self.engine.cancel()
+            raise e.error from None
+        finally:
+            self._stop = None
+            self._compressed = []
+
+    def _turn(self, history, sampling, max_tokens, stop, stop_strings, tools, template_kwargs, reply_prefix, admit,
+              out, progress, clock) -> TurnResult:
+        # PFlash first: a compressed attachment is what has to fit the context
+        self.compress_attachments(history, progress(events.ScoringProgress))
+        if stop.is_set():   # a cancel while scoring, or before the scorer cleared its flag
+            raise GenerationCancelled("cancelled")
+        compressed = self._compressed
+        prompt = self.encode(history, tools=tools, template_kwargs=template_kwargs, reply_prefix=reply_prefix)
+        if not prompt:
+            raise ConversationError("the chat template rendered an empty prompt")
+        eng = self.engine
+        if admit is not None:   # first: its refusal says more than the check below
+            admit(prompt)
+        if len(prompt) >= eng.n_ctx:
+            raise PromptTooLong(len(prompt), eng.n_ctx)
+        # Keep at least one prompt token to evaluate, so the prefill leaves fresh logits behind.
+        keep = min(common_prefix(eng.tokens, prompt), len(prompt) - 1)
+        out(events.Started(keep, len(prompt), clock()))
+        before = eng.stats()
+        text, reason, generated = [], "cancelled", 0
+        steps = drafted = accepted = 0
+        # The engine's flag may still hold the cancel of an earlier turn; this turn's own request
+        # is `stop`, which a cancel sets before it arms the engine.
+        eng.clear_cancel()
+        try:
+            if stop.is_set():
+                raise GenerationCancelled("cancelled")
+            if keep < eng.n_past:
+                eng.truncate(keep)
+            # `stop` also covers a cancel that came before generate() cleared the engine's flag again.
+            for r in eng.generate(prompt[keep:], sampling=sampling, max_tokens=max_tokens, stop=stop_strings,
+                                  progress=progress(events.PrefillProgress), speculator=self.speculator):
+                generated += len(r.tokens)
+                steps += 1 if r.tokens else 0
+                drafted, accepted = drafted + r.n_drafted, accepted + r.n_accepted
+                reason = r.finish_reason or reason
+                if r.text:
+                    text.append(r.text)
+                out(events.Step.of(r, clock()))
+                if stop.is_set():
+                    break
+        except GenerationCancelled:
+            reason = "cancelled"
+            out(events.Step([], [], "", [], finish_reason="cancelled", t=clock()))
         # Turn boundary: hybrid models keep their recurrent state here so that editing or
         # retrying a later turn recomputes only what follows (a no-op for dense models).
-        self.engine.checkpoint()
-        after = self.engine.stats()
+        eng.checkpoint()
+        after = eng.stats()
         reply = "".join(text)
         self.messages = history + [{"role": "assistant", "content": reply}]
         self.last = TurnResult(
-            text=reply, finish_reason=reason, prompt_tokens=len(prompt), reused_tokens=reused,
+            text=reply, finish_reason=reason, prompt_tokens=len(prompt), reused_tokens=keep,
             prefill_tokens=after["n_prefill_tokens"] - before["n_prefill_tokens"],
             prefill_ms=after["prefill_ms"] - before["prefill_ms"],
             generated_tokens=generated, decode_ms=after["decode_ms"] - before["decode_ms"],
             n_steps=steps, n_drafted=drafted, n_accepted=accepted,
             compression=combined_summary(compressed) if compressed else None,
             scorer_ms=sum(c["scorer_ms"] for c in compressed))
+        out(events.Finished(self.last, clock()))
         return self.last
 
-    def _generate(self, prompt: list[int], sampling: Sampling, max_tokens: int, stop: threading.Event,
-                  events: queue.SimpleQueue) -> None:
-        """Worker thread: rewind the context to the common prefix, then prefill + generate."""
-        try:
-            eng = self.engine
-            # Keep at least one prompt token to evaluate, so the prefill leaves fresh logits behind.
-            keep = min(common_prefix(eng.tokens, prompt), len(prompt) - 1)
-            events.put(("reused", keep))
-            # The engine's flag may still hold the cancel of an earlier turn; this turn's own
-            # request is `stop`, which a cancel sets before it arms the engine.
-            eng.clear_cancel()
-            try:
-                if stop.is_set():
-                    raise GenerationCancelled("cancelled")
-                if keep < eng.n_past:
-                    eng.truncate(keep)
-            except GenerationCancelled:
-                events.put(("step", StepResult([], [], finish_reason="cancelled")))
-                return
 
-            def progress(done: int, total: int) -> bool:
-                events.put(("progress", done, total))
-                return not stop.is_set()
+class _EmitFailed(Exception):
+    """An exception raised by the consumer of the events (not by the turn): re-raised as it is."""
 
-            # `stop` also covers a cancel that came before generate() cleared the engine's flag again.
-            for r in eng.generate(prompt[keep:], sampling=sampling, max_tokens=max_tokens, progress=progress,
-                                  speculator=self.speculator):
-                events.put(("step", r))
-                if stop.is_set():
-                    break
-        except BaseException as e:   # handed to the main thread, which re-raises it
-            events.put(("error", e))
-        finally:
-            events.put(("end",))
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
 
 
-class _sigint_cancels:
-    """While a reply is prepared or generated, Ctrl+C calls `cancel` (stopping the engine or the
-    scorer at its next graph boundary) instead of raising KeyboardInterrupt.
-
-    Only the main thread may install signal handlers; elsewhere this does nothing.
+class sigint_cancels:
+    """For a plain front end: while a reply is prepared or generated on the main thread, Ctrl+C
+    calls `cancel` (the engine or the scorer stops at its next graph boundary) instead of raising
+    KeyboardInterrupt. Only the main thread may install signal handlers; elsewhere this does nothing.
     """
 
     def __init__(self, cancel: Callable[[], object]):

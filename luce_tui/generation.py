@@ -1,10 +1,10 @@
 """Generation off the UI thread: a worker thread runs the engine, the UI drains a queue at ~30 Hz.
 
-The worker never touches widgets. Streamed data (prefill progress, committed steps with their
-(text, drafted) spans) goes into a queue.SimpleQueue, stamped with the worker's clock; the app's
-timer drains it in one batch per frame, so the UI does one update per frame, never one per token.
-Lifecycle events (started, finished, failed) are Textual messages posted to the app (post_message
-is thread-safe); a handler drains the queue first, so it never overtakes the stream. While a job
+The worker never touches widgets. The reply's events (luce_tui.events: prefill progress, steps with
+their (text, drafted) spans, …), stamped with the worker's clock, go into a queue.SimpleQueue; the
+app's timer drains it in one batch per frame, so the UI does one update per frame, never one per
+token. Lifecycle events (started, finished, failed) are also Textual messages posted to the app
+(post_message is thread-safe); a handler drains the queue first, so it never overtakes the stream. While a job
 runs, garbage collection is paced by the frames (quiet_gc), so no collector pause stalls the UI.
 """
 
@@ -19,7 +19,7 @@ from typing import Any, Callable
 from textual.message import Message
 from textual.message_pump import MessagePump
 
-from luce_tui import quiet_gc
+from luce_tui import events, quiet_gc
 
 
 class JobStarted(Message):
@@ -45,8 +45,9 @@ class JobFailed(Message):
 class Job:
     """One piece of engine work (a reply, or prefilling a resumed chat) on its own thread.
 
-    work(job) runs on the thread and reports through job.on_start / on_progress / on_score / on_step;
-    whatever it returns arrives in JobFinished, whatever it raises in JobFailed. A cancel belongs to
+    work(job) runs on the thread and hands its events to job.emit (job.on_progress for a bare
+    prefill); whatever it returns arrives in JobFinished, whatever it raises (or an Error event)
+    in JobFailed. A cancel belongs to
     this job: `cancel_requested` is its own event, which work hands to the engine work as its stop
     (set before `cancel` reaches the engine, so a request that comes before the work starts is seen).
     """
@@ -58,6 +59,8 @@ class Job:
         self.cancel_requested = threading.Event()
         self.started = False                # set on the UI side by JobStarted
         self.info: dict[str, Any] = {}      # the UI's bookkeeping for this job
+        self.error: BaseException | None = None   # the turn's Error event, if any
+        self.clock = clock
         self._work, self._target, self._cancel, self._clock = work, target, cancel, clock
         self._thread = threading.Thread(target=self._main, name=f"luce-{kind}", daemon=True)
 
@@ -83,7 +86,8 @@ class Job:
         except BaseException as e:   # reported to the UI, never lost in a thread
             self._target.post_message(JobFailed(self, e))
         else:
-            self._target.post_message(JobFinished(self, result))
+            self._target.post_message(JobFailed(self, self.error) if self.error is not None
+                                      else JobFinished(self, result))
         finally:
             quiet_gc.job_ended()
             self._target.call_later(self._settle_gc)   # call_later only posts a message: thread-safe
@@ -97,21 +101,24 @@ class Job:
         timer = self._target.set_interval(0.2, check)
 
     # -- called on the worker thread -----------------------------------------------------------
-    def on_start(self, reused: int, prompt_tokens: int) -> None:
-        self.events.put(("start", self._clock(), reused, prompt_tokens))
-        self._target.post_message(JobStarted(self, reused, prompt_tokens))
+    def emit(self, ev: events.Event) -> None:
+        """The reply's events, in order (Conversation.run_turn's emit)."""
+        match ev:
+            case events.Error(error=error):
+                self.error = error
+                return
+            case events.Finished():
+                return   # the result arrives with JobFinished
+        self.events.put(ev)
+        if isinstance(ev, events.Started):
+            self._target.post_message(JobStarted(self, ev.reused, ev.prompt_tokens))
 
     def on_progress(self, done: int, total: int) -> None:
-        self.events.put(("progress", self._clock(), done, total))
-
-    def on_score(self, done: int, total: int) -> None:
-        self.events.put(("score", self._clock(), done, total))
-
-    def on_step(self, step) -> None:
-        self.events.put(("step", self._clock(), step))
+        """Prefill progress of work that is not a reply (a resumed chat's history)."""
+        self.events.put(events.PrefillProgress(done, total, self._clock()))
 
     # -- called on the UI thread ---------------------------------------------------------------
-    def drain(self) -> list[tuple]:
+    def drain(self) -> list[events.Event]:
         """Called by the UI timer once a frame."""
         # the collection runs as a callback of its own, so that a key press waiting in the
         # event loop is handled between it and this frame's update rather than after both

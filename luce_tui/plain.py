@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable
 
 from prompt_toolkit.completion import Completer, Completion
 from prompt_toolkit.formatted_text import FormattedText
 
-from luce_tui import config, locations
-from luce_tui.conversation import Conversation, ConversationError
+from luce_tui import config, events, locations
+from luce_tui.conversation import Conversation, ConversationError, sigint_cancels
 
 COMMANDS = {
     "/help": "list the commands",
@@ -28,6 +27,7 @@ _FINISH_NOTES = {
     "cancelled": "[cancelled]",
     "length": "[stopped at --max-tokens]",
     "context": "[the context is full: /new starts over, --max-ctx allows more]",
+    "dropped": "[the server closed the stream before the reply ended; the partial reply is kept]",
 }
 
 
@@ -54,10 +54,14 @@ class Repl:
     """Commands and turns, independent of where lines come from (terminal or pipe)."""
 
     def __init__(self, runtime, sampling, *, system: str | None = None, max_tokens: int = 1024,
-                 show_stats: bool = False, tty: bool = False, out=None, err=None):
-        self.conv = Conversation(runtime.engine, system=system, speculator=runtime.speculator,
-                                 compressor=runtime.compressor)
-        self.engine, self.model = runtime.engine, runtime.engine.model
+                 show_stats: bool = False, tty: bool = False, out=None, err=None, conv=None):
+        """conv: the conversation to drive (a RemoteConversation for --remote; then runtime is None)."""
+        if conv is None:
+            conv = Conversation(runtime.engine, system=system, speculator=runtime.speculator,
+                                compressor=runtime.compressor)
+        self.conv = conv
+        self.engine = runtime.engine if runtime is not None else None
+        self.model = self.engine.model if self.engine is not None else conv.model
         self.sampling, self.max_tokens, self.show_stats, self.tty = sampling, max_tokens, show_stats, tty
         self.out, self.err = out or sys.stdout, err or sys.stderr
 
@@ -89,27 +93,44 @@ class Repl:
         from luce_engine.chat_template import ChatTemplateError
         from luce_engine.tokenizer import TokenizerError
 
+        from luce_tui.remote import RemoteError
+
         line = line.strip()
         if not line:
             return True
         try:
             if line.startswith("/"):
                 return self.command(line)
-            self._stream(lambda **kw: self.conv.reply(line, **kw))
+            self._stream(self.conv.messages + [{"role": "user", "content": line}])
         except ContextFullError as e:
             self.error(f"{e}; /new starts over, or restart with a larger --max-ctx")
-        except (EngineError, ConversationError, ChatTemplateError, TokenizerError) as e:
+        except (EngineError, ConversationError, ChatTemplateError, TokenizerError, RemoteError) as e:
             self.error(str(e))
         return True
 
-    def _stream(self, turn: Callable) -> None:
-        result = turn(sampling=self.sampling, max_tokens=self.max_tokens, on_text=self._write)
-        self._write("\n")
-        note = _FINISH_NOTES.get(result.finish_reason)
-        if note:
-            self.info(note)
-        if self.show_stats:
-            self.info(f"[{result.summary()}]")
+    def _stream(self, history: list[dict]) -> None:
+        """One reply to history, streamed as it comes; Ctrl+C stops it (the partial reply is kept).
+        The turn's error is raised for handle() to report."""
+        failure: list[BaseException] = []
+
+        def emit(ev: events.Event) -> None:
+            match ev:
+                case events.Step(text=text) if text:
+                    self._write(text)
+                case events.Finished(result=result):
+                    self._write("\n")
+                    note = _FINISH_NOTES.get(result.finish_reason)
+                    if note:
+                        self.info(note)
+                    if self.show_stats:
+                        self.info(f"[{result.summary()}]")
+                case events.Error(error=error):
+                    failure.append(error)
+
+        with sigint_cancels(self.conv.cancel):
+            self.conv.run_turn(history, sampling=self.sampling, max_tokens=self.max_tokens, emit=emit)
+        if failure:
+            raise failure[0]
 
     def command(self, line: str) -> bool:
         name, _, rest = line.partition(" ")
@@ -151,6 +172,9 @@ class Repl:
 
     def cmd_stats(self, rest: str) -> None:
         eng, last = self.engine, self.conv.last
+        if eng is None:   # --remote: what the server reported
+            self.info(f"last reply: {last.summary()}" if last else "last reply: none yet")
+            return
         s = eng.stats()
         lines = [f"last reply: {last.summary()}" if last else "last reply: none yet",
                  f"context: {eng.n_past} of {eng.n_ctx} tokens in use, {len(self.conv.messages)} messages",
@@ -162,6 +186,9 @@ class Repl:
         from luce_tui import memory
 
         m, eng = self.model, self.engine
+        if eng is None:
+            self.info(f"model:   {m.name} on the server {m.url}" + (f"\ncontext: n_ctx {m.n_ctx}" if m.n_ctx else ""))
+            return
         # the same plan and verdict as `luce-chat --plan` and the app's /model
         plan = m.plan(n_ctx=eng.n_ctx, cache_type_k=eng.cache_type_k, cache_type_v=eng.cache_type_v,
                       n_verify_max=getattr(eng, "n_verify_max", 16), rollback=eng.rollback, check=False)
@@ -179,7 +206,7 @@ class Repl:
         ]))
 
     def cmd_retry(self, rest: str) -> None:
-        self._stream(self.conv.retry)
+        self._stream(self.conv.retry_history())
 
     def cmd_clear(self, rest: str) -> None:
         if self.tty:
@@ -224,8 +251,9 @@ def _terminal_loop(repl: Repl, args) -> int:
     session = PromptSession(history=_history(args), completer=SlashCompleter(), complete_while_typing=True,
                             key_bindings=_key_bindings())
     m = repl.model
-    repl.info(f"luce-chat · {m.name} on {m.device} · n_ctx {repl.engine.n_ctx} · "
-              f"/help for commands, Ctrl+D to leave")
+    ctx = repl.engine.n_ctx if repl.engine is not None else m.n_ctx
+    repl.info(f"luce-chat · {m.name} on {m.device}" + (f" · n_ctx {ctx}" if ctx else "") +
+              " · /help for commands, Ctrl+D to leave")
     while True:
         try:
             line = session.prompt(FormattedText([("bold ansicyan", "› ")]))
@@ -243,10 +271,10 @@ def _pipe_loop(repl: Repl) -> int:
     return 0
 
 
-def run_plain(runtime, sampling, args) -> int:
+def run_plain(runtime, sampling, args, conv=None) -> int:
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     repl = Repl(runtime, sampling, system=args.system, max_tokens=args.max_tokens,
-                show_stats=args.stats or args.verbose, tty=tty)
+                show_stats=args.stats or args.verbose, tty=tty, conv=conv)
     try:
         return _terminal_loop(repl, args) if tty else _pipe_loop(repl)
     except KeyboardInterrupt:   # Ctrl+C between turns (outside a reply) just leaves

@@ -1,0 +1,176 @@
+"""`luce-chat serve` against the same engine in-process: decode speed, time to first token, prefix reuse.
+
+    python bench/bench_server.py [--target PATH] [--device cpu] [--threads 1] [--tokens 256] [--runs 5]
+
+Three measurements on one model (default: the bundled SmolLM2), greedy, the server a real
+subprocess on 127.0.0.1 and the official `openai` client streaming from it:
+
+  * decode tok/s: the same long answer (same prompt, greedy, so the same tokens) streamed
+    in-process (Conversation.run_turn's Step events) and through the server (SSE chunks), timed
+    from the first token to the last on the consumer's side; the median of --runs;
+  * time to first token: the same prompt sent again, so both prefill one token; TTFT in-process
+    (from the call to the first Step) and through the server (from the request to the first
+    content chunk); the median difference is the server's overhead;
+  * prefilled tokens per turn of a 10-turn conversation, with prefix reuse (the server's normal
+    path) and without (each request made unique at its start, so nothing can be reused).
+
+Prints a table and writes JSON (--json PATH, default bench/results/server.json).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import luce_engine as le  # noqa: E402
+from luce_engine import Sampling  # noqa: E402
+from luce_tui import events  # noqa: E402
+from luce_tui.conversation import Conversation  # noqa: E402
+from server_support import serve  # noqa: E402
+
+GREEDY = Sampling.chat_default().updated(temperature=0)
+LONG = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
+
+
+def in_process(conv: Conversation, messages, max_tokens: int) -> tuple[float, float, int]:
+    """(TTFT s, decode tok/s, tokens) of one turn in-process, on the conversation's current context."""
+    t0 = time.perf_counter()
+    stamps: list[tuple[float, int]] = []
+
+    def emit(ev):
+        match ev:
+            case events.Step(tokens=toks) if toks:
+                stamps.append((time.perf_counter(), len(toks)))
+
+    r = conv.run_turn(messages, sampling=GREEDY, max_tokens=max_tokens, emit=emit)
+    return _rates(t0, stamps, r.generated_tokens)
+
+
+def through_server(client, messages, max_tokens: int) -> tuple[float, float, int, str]:
+    t0 = time.perf_counter()
+    stamps, text, n = [], [], 0
+    for chunk in client.chat.completions.create(model="any", messages=messages, temperature=0, max_tokens=max_tokens,
+                                                stream=True, stream_options={"include_usage": True}):
+        if chunk.choices and chunk.choices[0].delta.content:
+            stamps.append((time.perf_counter(), 1))
+            text.append(chunk.choices[0].delta.content)
+        if chunk.usage:
+            n = chunk.usage.completion_tokens
+    ttft, tps, _ = _rates(t0, stamps, n)
+    return ttft, tps, n, "".join(text)
+
+
+def through_server_raw(url: str, messages, max_tokens: int) -> tuple[float, float, int, str]:
+    """The same stream read with plain httpx (no client-side models): what the server itself costs."""
+    import httpx
+
+    t0 = time.perf_counter()
+    stamps, text, n = [], [], 0
+    body = {"messages": messages, "temperature": 0, "max_tokens": max_tokens, "stream": True,
+            "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", url + "/chat/completions", json=body, timeout=600) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            delta = chunk["choices"][0]["delta"] if chunk["choices"] else {}
+            if delta.get("content"):
+                stamps.append((time.perf_counter(), 1))
+                text.append(delta["content"])
+            if chunk.get("usage"):
+                n = chunk["usage"]["completion_tokens"]
+    ttft, tps, _ = _rates(t0, stamps, n)
+    return ttft, tps, n, "".join(text)
+
+
+def _rates(t0: float, stamps: list[tuple[float, int]], n_tokens: int) -> tuple[float, float, int]:
+    """TTFT, and tok/s from the first token to the last (the tokens after the first over that time)."""
+    if len(stamps) < 2:
+        return (stamps[0][0] - t0 if stamps else float("nan")), float("nan"), n_tokens
+    first, last = stamps[0][0], stamps[-1][0]
+    return first - t0, (n_tokens - stamps[0][1]) / (last - first), n_tokens
+
+
+def ten_turns(client, unique: bool) -> list[dict]:
+    messages = [{"role": "system", "content": "You are brief."}]
+    rows = []
+    for turn in range(10):
+        messages.append({"role": "user", "content": f"Give me one word about the number {turn}."})
+        sent = messages
+        if unique:   # a system prompt that starts differently each turn: only the template's first tokens are shared
+            sent = [{"role": "system", "content": f"({turn}) You are brief."}] + messages[1:]
+        r = client.chat.completions.create(model="any", messages=sent, temperature=0, max_tokens=8)
+        t = r.model_extra["luce"]["timings"]
+        rows.append({"turn": turn + 1, "prompt_tokens": r.usage.prompt_tokens,
+                     "cached": r.usage.prompt_tokens_details.cached_tokens, "prefilled": t["prompt_n"],
+                     "prefill_ms": t["prompt_ms"]})
+        messages.append({"role": "assistant", "content": r.choices[0].message.content})
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default=None)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--max-ctx", type=int, default=4096)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "server.json"))
+    a = ap.parse_args(argv)
+    target = a.target or le.default_model_path()
+    model = le.Model(target, device=a.device, n_threads=a.threads)
+    conv = Conversation(le.Engine(model, n_ctx=a.max_ctx))
+    out: dict = {"model": Path(target).name, "device": a.device, "threads": a.threads, "tokens": a.tokens}
+    # (these flags come after serve()'s own --device/--threads, so they are the ones that count)
+    with serve("--target", target, "--device", a.device, "--threads", str(a.threads), "--max-ctx", str(a.max_ctx)) as s:
+        client = s.client()
+        local, remote, raw = [], [], []
+        for _ in range(a.runs):   # alternate, so machine load hits all alike
+            conv.engine.truncate(0)
+            local.append(in_process(conv, LONG, a.tokens))
+            remote.append(through_server(client, LONG, a.tokens))
+            raw.append(through_server_raw(s.url, LONG, a.tokens))
+        same_text = remote[-1][3] == conv.messages[-1]["content"] == raw[-1][3]
+        tps_local = statistics.median(r[1] for r in local)
+        tps_remote = statistics.median(r[1] for r in remote)
+        tps_raw = statistics.median(r[1] for r in raw)
+        # TTFT with the prompt already in the context: both evaluate one token, the rest is overhead
+        ttft_local, ttft_remote = [], []
+        short = [{"role": "user", "content": "Hi!"}]
+        for _ in range(max(a.runs, 7)):
+            in_process(conv, short, 1)
+            ttft_local.append(in_process(conv, short, 2)[0])
+            through_server(client, short, 1)
+            ttft_remote.append(through_server(client, short, 2)[0])
+        reuse, fresh = ten_turns(client, unique=False), ten_turns(client, unique=True)
+    out.update(decode_tps_in_process=tps_local, decode_tps_server=tps_remote, ratio=tps_remote / tps_local,
+               decode_tps_server_httpx=tps_raw, ratio_httpx=tps_raw / tps_local,
+               same_text=same_text, generated=remote[-1][2],
+               ttft_ms_in_process=1e3 * statistics.median(ttft_local), ttft_ms_server=1e3 * statistics.median(ttft_remote),
+               turns_with_reuse=reuse, turns_without_reuse=fresh)
+    out["ttft_overhead_ms"] = out["ttft_ms_server"] - out["ttft_ms_in_process"]
+    print(f"{out['model']} on {a.device}, {a.threads} thread(s), {out['generated']} tokens, median of {a.runs}")
+    print(f"decode: in-process {tps_local:,.1f} tok/s, through the server {tps_remote:,.1f} tok/s with the openai "
+          f"client ({100 * out['ratio']:.1f}%), {tps_raw:,.1f} tok/s read with httpx ({100 * out['ratio_httpx']:.1f}%); "
+          f"same text: {same_text}")
+    print(f"TTFT (prompt cached): in-process {out['ttft_ms_in_process']:.1f} ms, server {out['ttft_ms_server']:.1f} ms, "
+          f"overhead {out['ttft_overhead_ms']:.1f} ms")
+    print(f"{'turn':>4} {'prompt':>7} | {'reuse: cached':>13} {'prefilled':>9} {'ms':>7} | {'no reuse: prefilled':>19} {'ms':>7}")
+    for r, f in zip(reuse, fresh):
+        print(f"{r['turn']:>4} {r['prompt_tokens']:>7} | {r['cached']:>13} {r['prefilled']:>9} {r['prefill_ms']:>7.1f} | "
+              f"{f['prefilled']:>19} {f['prefill_ms']:>7.1f}")
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

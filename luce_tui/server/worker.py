@@ -1,0 +1,95 @@
+"""The server's one engine thread: requests run one at a time, first in first out, from a bounded queue.
+
+A request is a Job: its turn runs on the engine thread (Conversation.run_turn) and its events
+cross to the event loop through the job's asyncio queue (call_soon_threadsafe). cancel() stops a
+running job at the engine's next graph boundary, or drops a waiting one. Whatever a job raises
+ends as an Error event; the thread and the conversation carry on with the next request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+from typing import Callable
+
+from luce_engine import GenerationCancelled
+
+from luce_tui import events
+
+DONE = object()   # the last item of a job's queue
+
+
+class QueueFull(Exception):
+    def __init__(self, waiting: int):
+        super().__init__(f"{waiting} requests are already waiting")
+        self.waiting = waiting
+
+
+class Job:
+    """One request: run(job) is called on the engine thread and hands its events to job.emit."""
+
+    def __init__(self, run: Callable[["Job"], object], loop: asyncio.AbstractEventLoop):
+        self.run, self.loop = run, loop
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.stop = threading.Event()
+        self.info: dict = {}   # what run() learned for the response (set before its first event)
+
+    def emit(self, ev) -> None:
+        self.loop.call_soon_threadsafe(self.events.put_nowait, ev)
+
+
+class EngineWorker:
+    def __init__(self, conversation, *, max_queue: int = 8):
+        self.conv, self.max_queue = conversation, max_queue
+        self._waiting: collections.deque[Job] = collections.deque()
+        self._cv = threading.Condition()
+        self.current: Job | None = None
+        self.served = 0
+        self._thread = threading.Thread(target=self._loop, name="luce-serve-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def submit(self, job: Job) -> None:
+        """Queue the job; QueueFull when max_queue requests already wait behind the running one."""
+        with self._cv:
+            if len(self._waiting) >= self.max_queue:
+                raise QueueFull(len(self._waiting))
+            self._waiting.append(job)
+            self._cv.notify()
+
+    def cancel(self, job: Job) -> None:
+        """From the event loop (a client that left): stop or drop the job."""
+        with self._cv:
+            job.stop.set()
+            if self.current is job:
+                self.conv.cancel()
+            elif job in self._waiting:
+                self._waiting.remove(job)
+                job.emit(events.Error(GenerationCancelled("cancelled before it started")))
+                job.emit(DONE)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._waiting:
+                    self._cv.wait()
+                job = self.current = self._waiting.popleft()
+            try:
+                job.run(job)
+            except BaseException as e:   # never lost, never the end of the thread
+                try:
+                    job.emit(events.Error(e))
+                except RuntimeError:     # the event loop is gone (server shutting down)
+                    pass
+            finally:
+                with self._cv:
+                    self.current = None
+                    self.served += 1
+                try:
+                    job.emit(DONE)
+                except RuntimeError:
+                    pass

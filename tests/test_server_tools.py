@@ -1,0 +1,159 @@
+"""Tool calls and reasoning through `luce-chat serve`: scripted models (tools/scripted_gguf.py) write a
+known reply token by token with a tool-calling chat template; the `openai` client checks the parsed
+calls and the fragments they stream in."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from server_support import serve
+from tools.scripted_gguf import CHATML, QWEN3_TOOLS, QWEN35_TOOLS, write_scripted_gguf
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                   "required": ["city"]}}}]
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+JSON_SCRIPT = ["Let me check.", "<tool_call>", '\n{"name": "get_weather", "arguments": ', '{"city": ', '"Paris", ',
+               '"days": 3', '}}\n', "</tool_call>"]
+XML_SCRIPT = ["<tool_call>", "\n<function=get_weather>", "\n<parameter=city>", "\nPar", "is", "\n</parameter>",
+              "\n<parameter=days>", "\n3\n", "</parameter>", "\n</function>", "\n</tool_call>"]
+
+
+def _server(tmp_path_factory, name, script, template):
+    path = write_scripted_gguf(tmp_path_factory.mktemp("scripted") / f"{name}.gguf", script, template=template)
+    return serve("--target", path, "--max-ctx", "1024")
+
+
+@pytest.fixture(scope="module")
+def json_server(tmp_path_factory):
+    with _server(tmp_path_factory, "json-tools", JSON_SCRIPT, QWEN3_TOOLS) as s:
+        yield s
+
+
+def _tool_stream(client, **kw):
+    chunks = list(client.chat.completions.create(model="any", messages=ASK, tools=TOOLS, stream=True, **kw))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    content = "".join(d.content or "" for d in deltas)
+    calls = [tc for d in deltas for tc in d.tool_calls or ()]
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    return content, calls, finish
+
+
+def test_json_tool_call_streams_name_then_argument_fragments(json_server):
+    content, calls, finish = _tool_stream(json_server.client())
+    assert content == "Let me check."
+    assert calls[0].id.startswith("call_") and calls[0].function.name == "get_weather" and calls[0].index == 0
+    fragments = [c.function.arguments for c in calls[1:]]
+    assert len(fragments) >= 3                        # as the tokens arrived, not in one piece at the end
+    assert all(c.index == 0 and c.id is None for c in calls[1:])
+    assert json.loads("".join(fragments)) == {"city": "Paris", "days": 3}
+    assert finish == ["tool_calls"]
+
+
+def test_json_tool_call_round_trip(json_server):
+    c = json_server.client()
+    r = c.chat.completions.create(model="any", messages=ASK, tools=TOOLS)
+    msg = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls" and msg.content == "Let me check."
+    (call,) = msg.tool_calls
+    assert call.type == "function" and call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris", "days": 3}
+    # the result goes back as a tool message; the template renders both, and the context is reused
+    follow = ASK + [{"role": "assistant", "content": msg.content, "tool_calls": [call.model_dump()]},
+                    {"role": "tool", "tool_call_id": call.id, "content": '{"forecast": "sunny"}'}]
+    r2 = c.chat.completions.create(model="any", messages=follow, tools=TOOLS)
+    assert r2.usage.prompt_tokens > r.usage.prompt_tokens + 20
+    assert r2.usage.prompt_tokens_details.cached_tokens >= r.usage.prompt_tokens
+    assert r2.choices[0].message.tool_calls[0].function.name == "get_weather"
+
+
+def test_tool_choice_none_returns_the_text(json_server):
+    r = json_server.client().chat.completions.create(model="any", messages=ASK, tools=TOOLS, tool_choice="none")
+    assert r.choices[0].message.tool_calls is None
+    assert r.choices[0].message.content == "".join(JSON_SCRIPT)
+    assert r.choices[0].finish_reason == "stop"
+
+
+def test_parallel_tool_calls_false_stops_after_the_first(tmp_path_factory):
+    two = ["<tool_call>", '\n{"name": "a", "arguments": {}}\n', "</tool_call>", "\n<tool_call>",
+           '\n{"name": "b", "arguments": {}}\n', "</tool_call>\n"]
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in "ab"]
+    with _server(tmp_path_factory, "two-calls", two, QWEN3_TOOLS) as s:
+        c = s.client()
+        both = c.chat.completions.create(model="any", messages=ASK, tools=tools).choices[0].message.tool_calls
+        assert [t.function.name for t in both] == ["a", "b"] and len({t.id for t in both}) == 2
+        one = c.chat.completions.create(model="any", messages=ASK, tools=tools, parallel_tool_calls=False)
+        assert [t.function.name for t in one.choices[0].message.tool_calls] == ["a"]
+
+
+def test_xml_tool_call_streams_as_json_arguments(tmp_path_factory):
+    with _server(tmp_path_factory, "xml-tools", XML_SCRIPT, QWEN35_TOOLS) as s:
+        content, calls, finish = _tool_stream(s.client())
+        assert content == "" and finish == ["tool_calls"]
+        assert calls[0].function.name == "get_weather"
+        fragments = [c.function.arguments for c in calls[1:]]
+        assert len(fragments) >= 4
+        assert json.loads("".join(fragments)) == {"city": "Paris", "days": 3}   # typed by the tool's schema
+        r = s.client().chat.completions.create(model="any", messages=ASK, tools=TOOLS)
+        assert json.loads(r.choices[0].message.tool_calls[0].function.arguments) == {"city": "Paris", "days": 3}
+
+
+def test_reasoning_content_streams_apart_from_the_answer(tmp_path_factory):
+    script = ["<think>", "The user asks", " about France.", "</think>", "\n\nParis", " is the capital."]
+    with _server(tmp_path_factory, "thinking", script, CHATML) as s:
+        c = s.client()
+        r = c.chat.completions.create(model="any", messages=ASK)
+        msg = r.choices[0].message
+        assert msg.model_extra["reasoning_content"] == "The user asks about France."
+        assert msg.content == "Paris is the capital."
+        chunks = list(c.chat.completions.create(model="any", messages=ASK, stream=True))
+        deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
+        reasoning = [d.model_extra.get("reasoning_content") for d in deltas if d.model_extra.get("reasoning_content")]
+        assert "".join(reasoning) == "The user asks about France." and len(reasoning) >= 2
+        assert "".join(d.content or "" for d in deltas) == "Paris is the capital."
+
+
+def test_named_tool_choice_opens_the_call_in_the_prompt(tmp_path_factory):
+    """tool_choice naming a function: the prompt ends in `<tool_call>\\n<function=NAME>\\n`, so the model
+    continues inside the call (this scripted model writes only the parameters and the closing tags)."""
+    params = ["<parameter=city>", "\nParis\n", "</parameter>", "\n</function>", "\n</tool_call>"]
+    with _server(tmp_path_factory, "xml-params", params, QWEN35_TOOLS) as s:
+        c = s.client()
+        auto = c.chat.completions.create(model="any", messages=ASK, tools=TOOLS)
+        assert auto.choices[0].message.tool_calls is None          # not a call without its opening
+        forced = c.chat.completions.create(model="any", messages=ASK, tools=TOOLS,
+                                           tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        (call,) = forced.choices[0].message.tool_calls
+        assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+        assert forced.choices[0].finish_reason == "tool_calls"
+        with pytest.raises(Exception) as e:
+            c.chat.completions.create(model="any", messages=ASK, tools=TOOLS,
+                                      tool_choice={"type": "function", "function": {"name": "nope"}})
+        assert e.value.status_code == 400 and e.value.body["param"] == "tool_choice"
+
+
+def test_reasoning_effort_and_template_kwargs_reach_the_template(tmp_path_factory):
+    """A template that writes an empty think block itself when enable_thinking is false (as Qwen3's
+    does): reasoning_effort none, or chat_template_kwargs, turn thinking off in the prompt."""
+    template = CHATML.replace("<|im_start|>assistant{{ '\n' }}{% endif %}",
+                              "<|im_start|>assistant{{ '\n' }}{% if enable_thinking is defined and not "
+                              "enable_thinking %}<think>{{ '\n\n' }}</think>{{ '\n\n' }}{% endif %}{% endif %}")
+    assert template != CHATML
+    script = ["<think>", "Hmm.", "</think>", "\n\nParis."]
+    empty_block = len("<think>\n\n</think>\n\n")   # byte tokens
+    with _server(tmp_path_factory, "effort", script, template) as s:
+        c = s.client()
+        on = c.chat.completions.create(model="any", messages=ASK)
+        assert on.choices[0].message.model_extra["reasoning_content"] == "Hmm."
+        assert on.choices[0].message.content == "Paris."
+        off = c.chat.completions.create(model="any", messages=ASK, reasoning_effort="none")
+        kw = c.chat.completions.create(model="any", messages=ASK,
+                                       extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        high = c.chat.completions.create(model="any", messages=ASK, reasoning_effort="high")
+        assert off.usage.prompt_tokens == kw.usage.prompt_tokens == on.usage.prompt_tokens + empty_block
+        assert high.usage.prompt_tokens == on.usage.prompt_tokens
+        with pytest.raises(Exception) as e:
+            c.chat.completions.create(model="any", messages=ASK, reasoning_effort="extreme")
+        assert e.value.status_code == 400 and e.value.body["param"] == "reasoning_effort"
