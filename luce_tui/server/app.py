@@ -261,6 +261,15 @@ class _Gone(Exception):
     """The client disconnected."""
 
 
+async def _next_or_cancel(job: Job, gone: asyncio.Future, worker: EngineWorker):
+    """The job's next event; a client that disconnected first cancels the job."""
+    try:
+        return await _next(job, gone)
+    except _Gone:
+        worker.cancel(job)
+        raise APIError(400, "the client disconnected", code="cancelled") from None
+
+
 async def _disconnected(request: Request) -> None:
     while True:
         message = await request.receive()
@@ -272,11 +281,7 @@ async def _until_started(job: Job, gone: asyncio.Future, worker: EngineWorker) -
     """Events up to Started; an Error before it is the response (400 for a prompt over the context...)."""
     seen = []
     while True:
-        try:
-            ev = await _next(job, gone)
-        except _Gone:
-            worker.cancel(job)
-            raise APIError(400, "the client disconnected", code="cancelled") from None
+        ev = await _next_or_cancel(job, gone, worker)
         if ev is DONE:
             raise APIError(500, "the request ended without a reply")
         if isinstance(ev, events.Error):
@@ -295,11 +300,7 @@ async def _drain(job: Job) -> None:
 async def _collect(job: Job, reply: _Reply, gone: asyncio.Future, worker: EngineWorker) -> dict:
     reply.start(job)
     while True:
-        try:
-            ev = await _next(job, gone)
-        except _Gone:
-            worker.cancel(job)
-            raise APIError(400, "the client disconnected", code="cancelled") from None
+        ev = await _next_or_cancel(job, gone, worker)
         match ev:
             case events.Step():
                 reply.asm.feed(ev)

@@ -230,8 +230,7 @@ public:
         ggml_status st;
         if (step_exec_) {
             ran_ = Ran::replayed;
-            cudaSetDevice(device_);
-            st = cudaGraphLaunch(step_exec_, ggml_stream_) == cudaSuccess ? GGML_STATUS_SUCCESS : GGML_STATUS_FAILED;
+            st = launch_step_graph();
         } else if (capture_next_) {
             st = capture_step_graph(gf);
         } else {
@@ -274,6 +273,11 @@ public:
         }
         step_exec_ = exec;
         ran_ = Ran::captured;
+        return launch_step_graph();
+    }
+
+    ggml_status launch_step_graph() {
+        cudaSetDevice(device_);
         return cudaGraphLaunch(step_exec_, ggml_stream_) == cudaSuccess ? GGML_STATUS_SUCCESS : GGML_STATUS_FAILED;
     }
 
