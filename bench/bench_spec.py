@@ -47,7 +47,8 @@ class LuceSpec:
     def __init__(self, target: str, draft: str, *, device: str, n_ctx: int, draft_max: int, threads: int,
                  model_params: dict, engine_params: dict):
         self.model = Model(target, device=device, n_threads=threads, **model_params)
-        self.draft = DraftModel(draft, self.model)
+        draft_flags = ("small_batch_kernels", "step_graphs")   # the draft runs on the same kernels
+        self.draft = DraftModel(draft, self.model, **{k: v for k, v in engine_params.items() if k in draft_flags})
         self.k = min(draft_max, self.draft.block_size - 1)
         self.engine = Engine(self.model, n_ctx=n_ctx, n_verify_max=self.k + 1, **engine_params)
         self.greedy = Sampling()
@@ -117,10 +118,17 @@ def main() -> int:
     ap.add_argument("--llama-cli", default=None, help="llama-cli binary for the side-by-side numbers")
     ap.add_argument("--rollback", choices=("snapshot", "replay"), default=None, help="default: the engine's")
     ap.add_argument("--fuse-weights", choices=("on", "off"), default=None, help="default: the engine's")
+    ap.add_argument("--small-batch-kernels", choices=("on", "off"), default=None,
+                    help="target and draft on luce's small-batch kernels (default: on)")
+    ap.add_argument("--step-graphs", choices=("on", "off"), default=None,
+                    help="their steps captured as one CUDA graph each (default: on)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     model_params = {} if args.fuse_weights is None else {"fuse_weights": args.fuse_weights == "on"}
     engine_params = {} if args.rollback is None else {"rollback": args.rollback}
+    for flag in ("small_batch_kernels", "step_graphs"):
+        if getattr(args, flag) is not None:
+            engine_params[flag] = getattr(args, flag) == "on"
     if args.real:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tools/ (the corpus)
         import bench_spec_real
@@ -165,7 +173,8 @@ def main() -> int:
               "tokens": args.tokens, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "luce_plain_tok_s": plain, "luce_spec": {str(L): v for L, v in spec.items()},
               "llama_plain_tok_s": theirs_plain, "llama_spec_tok_s": {str(L): v for L, v in theirs.items()},
-              "llama_spec_runs_tok_s": {str(L): v for L, v in theirs_runs.items()}}
+              "llama_spec_runs_tok_s": {str(L): v for L, v in theirs_runs.items()},
+              "draft_stats": ours.draft.stats(), "engine_stats": ours.engine.stats()}
     out = Path(args.json) if args.json else Path(__file__).resolve().parent / "results" / (
         f"spec-{args.device.replace(':', '')}-{time.strftime('%Y%m%d-%H%M%S')}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -192,6 +201,9 @@ def main() -> int:
               f"{', '.join('—' if x is None else f'{x:.1f}' for x in theirs_runs.get(L, []))}")
     print(f"(medians of {args.repeats} runs each; eff = spec tok/s ÷ (L × plain tok/s); "
           "draft/verify/step = our ms per step; ratio = luce ÷ llama.cpp)")
+    ds = ours.draft.stats()
+    print(f"draft graphs on the small-batch kernels: {ds['n_small_batch_evals']} "
+          f"({ds['n_step_graph_replays']} replayed as one CUDA graph)")
     print(f"json: {out}")
     return 0
 

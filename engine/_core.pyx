@@ -469,7 +469,8 @@ cdef class CoreDraft:
     cdef int n_vocab
     cdef int n_features
 
-    def __cinit__(self, str path, CoreModel target, int n_ctx_draft=4096, bint use_mmap=True):
+    def __cinit__(self, str path, CoreModel target, int n_ctx_draft=4096, bint use_mmap=True,
+                  bint small_batch_kernels=True, bint step_graphs=True):
         cdef luce_draft_params params = luce_draft_default_params()
         cdef bytes bpath = path.encode()
         cdef const char * cpath = bpath
@@ -477,6 +478,8 @@ cdef class CoreDraft:
         cdef luce_draft_info info
         params.n_ctx_draft = n_ctx_draft
         params.use_mmap = use_mmap
+        params.small_batch_kernels = small_batch_kernels
+        params.step_graphs = step_graphs
         self.path = path
         self.target = target
         with nogil:
@@ -678,6 +681,7 @@ cdef dict _draft_info_dict(luce_draft_info * i):
         "own_embedding": bool(i.own_embedding), "own_lm_head": bool(i.own_lm_head),
         "weight_bytes": i.weight_bytes, "kv_bytes": i.kv_bytes, "compute_bytes": i.compute_bytes,
         "n_graph_builds": i.n_graph_builds, "n_graph_reuses": i.n_graph_reuses,
+        "n_small_batch_evals": i.n_small_batch_evals, "n_step_graph_replays": i.n_step_graph_replays,
     }
 
 

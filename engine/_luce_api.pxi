@@ -189,6 +189,8 @@ cdef extern from "luce.h" nogil:
     ctypedef struct luce_draft_params:
         int32_t n_ctx_draft
         bint use_mmap
+        bint small_batch_kernels
+        bint step_graphs
     luce_draft_params luce_draft_default_params()
     ctypedef enum luce_draft_dialect:
         LUCE_DRAFT_LLAMA
@@ -213,6 +215,8 @@ cdef extern from "luce.h" nogil:
         uint64_t compute_bytes
         int64_t n_graph_builds
         int64_t n_graph_reuses
+        int64_t n_small_batch_evals
+        int64_t n_step_graph_replays
     luce_status luce_draft_load(const char * path, const luce_model * target, luce_draft_params params, luce_draft ** out)
     void luce_draft_free(luce_draft * draft)
     luce_status luce_draft_get_info(const luce_draft * draft, luce_draft_info * out)

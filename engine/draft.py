@@ -27,11 +27,16 @@ class DraftModel:
     ModelFormatError for a bad file; messages name the file and the key or tensor.
     """
 
-    def __init__(self, path: str | os.PathLike, target_model, *, n_ctx_draft: int = 4096, use_mmap: bool = True):
+    def __init__(self, path: str | os.PathLike, target_model, *, n_ctx_draft: int = 4096, use_mmap: bool = True,
+                 small_batch_kernels: bool = True, step_graphs: bool = True):
+        """small_batch_kernels / step_graphs: on CUDA, the draft block and a speculative step's
+        injection run on luce's small-batch kernels, each captured once as one CUDA graph (the
+        Engine flags of the same names)."""
         target_model = _target(target_model)
         self.path = str(Path(path).expanduser())
         self.target = target_model
-        self._core = _core.CoreDraft(self.path, target_model._core, n_ctx_draft, use_mmap)
+        self._core = _core.CoreDraft(self.path, target_model._core, n_ctx_draft, use_mmap, small_batch_kernels,
+                                     step_graphs)
         self._info = self._core.info
 
     @staticmethod
@@ -68,7 +73,7 @@ class DraftModel:
 
     def stats(self) -> dict:
         i = self._core.info
-        return {"n_graph_builds": i["n_graph_builds"], "n_graph_reuses": i["n_graph_reuses"]}
+        return {k: i[k] for k in ("n_graph_builds", "n_graph_reuses", "n_small_batch_evals", "n_step_graph_replays")}
 
     def reset(self) -> None:
         """Forget every injected position."""

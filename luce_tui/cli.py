@@ -212,7 +212,7 @@ def load(settings: config.EngineSettings, *, verbose: bool = False) -> Runtime:
         from luce_engine import DraftModel
 
         settings.draft = choice.path
-        draft = DraftModel(choice.path, model, n_ctx_draft=config.DRAFT_CTX)
+        draft = DraftModel(choice.path, model, n_ctx_draft=config.DRAFT_CTX, **settings.draft_params())
     n_verify_max = _n_verify_max(draft.block_size if draft else None, settings.draft_max)
     n_ctx = _n_ctx(settings, model, n_verify_max)
     _check_fits(settings, model, n_ctx, n_verify_max)

@@ -69,6 +69,11 @@ class EngineSettings:
                  "step_graphs": self.step_graphs}
         return {k: v for k, v in given.items() if v is not None}
 
+    def draft_params(self) -> dict:
+        """DraftModel() keyword arguments: the kernel flags apply to the draft as to the target."""
+        given = {"small_batch_kernels": self.small_batch_kernels, "step_graphs": self.step_graphs}
+        return {k: v for k, v in given.items() if v is not None}
+
     def n_ctx_for(self, n_ctx_train: int) -> int:
         """The context asked for: --max-ctx capped to the training length (beyond it a model only
         produces garbage), else the training length (FALLBACK_CTX when the model does not say)."""

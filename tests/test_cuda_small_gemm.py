@@ -1,6 +1,6 @@
 """luce's CUDA small-batch GEMM (engine/native/cuda/small_batch_gemm.cu) against a float64 reference.
 
-The weights are random Q4_K / Q6_K blocks (every scale and minimum bit pattern occurs), dequantized
+The weights are random Q4_K / Q6_K / Q8_0 blocks (every scale and minimum bit pattern occurs), dequantized
 by the gguf package; the activations are quantized to int8 per 32 values exactly as the kernel
 does (the kernels take them times their scale in f16, and f16 sums), so only float rounding is left. Shapes cover a partial last row tile, a
 superblock count that does not divide among the block's warps, and every column-tile count.
@@ -19,13 +19,18 @@ from luce_engine import _core
 
 DEVICE = os.environ.get("LUCE_TEST_DEVICE", "")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not DEVICE.startswith("cuda"), reason="needs LUCE_TEST_DEVICE=cuda:N")]
-BLOCK_BYTES = {QT.Q4_K: 144, QT.Q6_K: 210}
+BLOCK_BYTES = {QT.Q4_K: 144, QT.Q6_K: 210, QT.Q8_0: 34}
+BLOCK_VALUES = {QT.Q4_K: 256, QT.Q6_K: 256, QT.Q8_0: 32}
+TYPES = [QT.Q4_K, QT.Q6_K, QT.Q8_0]
+TYPE_IDS = ["q4_K", "q6_K", "q8_0"]
 
 
 def random_blocks(rng: np.random.Generator, qtype: QT, nrows: int, k: int) -> np.ndarray:
-    raw = rng.integers(0, 256, size=(nrows, k // 256, BLOCK_BYTES[qtype]), dtype=np.uint8)
+    raw = rng.integers(0, 256, size=(nrows, k // BLOCK_VALUES[qtype], BLOCK_BYTES[qtype]), dtype=np.uint8)
     d = rng.uniform(1e-3, 1e-2, size=raw.shape[:2]).astype(np.float16).view(np.uint8).reshape(*raw.shape[:2], 2)
-    if qtype == QT.Q4_K:   # d, dmin lead the block
+    if qtype == QT.Q8_0:   # d leads the block
+        raw[..., 0:2] = d
+    elif qtype == QT.Q4_K:   # d, dmin lead the block
         raw[..., 0:2] = d
         raw[..., 2:4] = rng.uniform(0, 1e-2, size=raw.shape[:2]).astype(np.float16).view(np.uint8).reshape(d.shape)
     else:                  # d ends it
@@ -48,7 +53,7 @@ def reference(qtype: QT, w: np.ndarray, x: np.ndarray) -> np.ndarray:
     meets the sums of each 32 values of x rounded to f16."""
     weights = quants.dequantize(w, qtype).astype(np.float64)
     x16 = quantized_activations(x).astype(np.float16).astype(np.float64)
-    if qtype == QT.Q6_K:
+    if qtype != QT.Q4_K:
         return x16 @ weights.T
     no_values = w.reshape(w.shape[0], -1, BLOCK_BYTES[qtype]).copy()
     no_values[..., 16:] = 0                      # q = 0 leaves -dmin * m
@@ -74,20 +79,20 @@ def assert_matches_reference(qtype: QT, nrows: int, k: int, n: int, seed: int, g
     assert err < 2e-4, f"max error {err:.2e} of the largest output"
 
 
-@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
+@pytest.mark.parametrize("qtype", TYPES, ids=TYPE_IDS)
 @pytest.mark.parametrize("n", [1, 2, 5, 8, 9, 16, 24, 32])
 def test_matches_reference(qtype, n):
     # partial last row tiles of 16 and 32; 11 superblocks over 8 warps
     assert_matches_reference(qtype, nrows=72, k=256 * 11, n=n, seed=100 + n)
 
 
-@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
+@pytest.mark.parametrize("qtype", TYPES, ids=TYPE_IDS)
 def test_tall_matrix(qtype):
     """A matrix of 532 row tiles (more blocks than an H200 holds at once)."""
     assert_matches_reference(qtype, nrows=8500, k=256 * 3, n=16, seed=11)
 
 
-@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
+@pytest.mark.parametrize("qtype", TYPES, ids=TYPE_IDS)
 @pytest.mark.parametrize("geometry", [(1, 1, 2), (2, 1, 2), (4, 3, 2), (8, 2, 3), (1, 4, 3), (2, 5, 4), (1, 11, 4)],
                          ids=lambda g: "x".join(map(str, g)))
 @pytest.mark.parametrize("n", [1, 9])
@@ -98,7 +103,7 @@ def test_every_launch_geometry(qtype, geometry, n):
     assert_matches_reference(qtype, nrows=200, k=256 * 11, n=n, seed=7 * n + geometry[1], geometry=geometry)
 
 
-@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=["q4_K", "q6_K"])
+@pytest.mark.parametrize("qtype", TYPES, ids=TYPE_IDS)
 def test_a_column_does_not_depend_on_the_call_width(qtype):
     """With the engine's geometry a token's outputs are the same bits whether it is multiplied alone
     (a decode step) or among 5 or 16 (a verification)."""
@@ -117,5 +122,5 @@ def test_rejects_what_it_cannot_run():
     w = random_blocks(np.random.default_rng(0), QT.Q4_K, 16, 256)
     with pytest.raises(Exception, match="multiple of 256"):
         _core.cuda_small_gemm(device_index(), int(QT.Q4_K), w.tobytes(), 16, 255, np.zeros((2, 255), np.float32))
-    with pytest.raises(Exception, match="Q4_K and Q6_K"):
-        _core.cuda_small_gemm(device_index(), int(QT.Q8_0), w.tobytes(), 16, 256, np.zeros((2, 256), np.float32))
+    with pytest.raises(Exception, match="Q4_K, Q6_K and Q8_0"):
+        _core.cuda_small_gemm(device_index(), int(QT.Q5_K), w.tobytes(), 16, 256, np.zeros((2, 256), np.float32))

@@ -41,7 +41,7 @@ namespace {
 
 struct Shape {
     const char * name;
-    int type;   // 12 Q4_K, 14 Q6_K
+    int type;   // 8 Q8_0, 12 Q4_K, 14 Q6_K
     int64_t rows, k;
 };
 
@@ -51,9 +51,13 @@ const Shape kShapes[] = {
     {"ffn gate+up", 12, 34816, 5120},       {"ffn down", 12, 5120, 17408},          {"ffn down (q6)", 14, 5120, 17408},
     {"attn q", 12, 12288, 5120},            {"attn k", 12, 1024, 5120},             {"attn out", 12, 5120, 6144},
     {"output (q6)", 14, 248320, 5120},
+    // the DFlash draft's (Q8_0; fc takes the 5 captured layers' features)
+    {"draft fc (q8)", 8, 5120, 25600},      {"draft q (q8)", 8, 4096, 5120},        {"draft k (q8)", 8, 1024, 5120},
+    {"draft out (q8)", 8, 5120, 4096},      {"draft gate (q8)", 8, 17408, 5120},    {"draft down (q8)", 8, 5120, 17408},
 };
 
-size_t block_bytes(int type) { return type == 14 ? 210 : 144; }
+// bytes of one row's 256 values
+size_t block_bytes(int type) { return luce::cuda::small_gemm_step_bytes(type); }
 
 uint16_t f16(float v) {
     const __half h = __float2half(v);
@@ -71,7 +75,12 @@ std::vector<uint8_t> random_weights(const Shape & s, std::mt19937 & rng) {
     for (size_t i = 0; i < nb; ++i) {
         uint8_t * blk = w.data() + i * bb;
         const uint16_t dd = f16(d(rng)), dm = f16(d(rng));
-        if (s.type == 12) {
+        if (s.type == 8) {   // 8 blocks of 34 bytes, each led by its d
+            for (int b = 0; b < 8; ++b) {
+                const uint16_t db = f16(d(rng));
+                std::memcpy(blk + 34 * b, &db, 2);
+            }
+        } else if (s.type == 12) {
             std::memcpy(blk, &dd, 2);
             std::memcpy(blk + 2, &dm, 2);
         } else {
@@ -239,7 +248,7 @@ int main(int argc, char ** argv) {
             std::vector<float> ref(size_t(n) * size_t(s.rows)), out(ref.size());
             CHECK(cudaMemcpy(ref.data(), dy, ref.size() * 4, cudaMemcpyDeviceToHost));
 #ifdef OLD_GEMM
-            {
+            if (luce_old::cuda::small_gemm_supports(s.type)) {
                 luce_old::cuda::SmallGemm og{s.type, dw[0], s.rows, s.k, g.row_bytes, dx, s.k, n, dy, s.rows};
                 CHECK(cudaError_t(luce_old::cuda::small_gemm_quantize(og, old_scratch, nullptr)));
                 CHECK(cudaMemset(dy, 0xff, ref.size() * 4));

@@ -1,7 +1,7 @@
 // small_batch_formats.cuh — what the small-batch kernels (small_batch_gemm.cu) multiply: the
 // activation layout the quantize kernel writes, the tensor-core primitives, and one struct per
-// weight format (Q4KHalf, Q6KHalf: f16 mma) that loads one thread's part of a superblock for rows
-// g and g + 8 and multiplies it with every column.
+// weight format (Q4KHalf, Q6KHalf, Q80Half: f16 mma) that loads one thread's part of a 256-value
+// step for rows g and g + 8 and multiplies it with every column.
 // Included by small_batch_gemm.cu only (internal linkage).
 #pragma once
 
@@ -18,6 +18,8 @@ constexpr int kQK = 256;          // values per K-quant superblock
 constexpr int kTileRows = 16;     // mma M
 constexpr int kQ4KBytes = 144;    // d, dmin (f16), scales[12], qs[128]
 constexpr int kQ6KBytes = 210;    // ql[128], qh[64], scales[16] (int8), d (f16)
+constexpr int kQ80Bytes = 34;     // d (f16), qs[32] (int8): 32 values
+constexpr int kQ80Blocks = 8;     // Q8_0 blocks in the kernels' 256-value step
 
 // ---- activations, quantized once for every matmul that reads them (small_batch_gemm.h's scratch) ----
 // q8_1's int8 values times their scale as f16, in the order the mma fragments take them (xh, see
@@ -51,10 +53,33 @@ __device__ __forceinline__ void mma_f16_k8(float (&c)[4], uint32_t a0, uint32_t 
 __device__ __forceinline__ float f16_bits(uint32_t bits16) { return __half2float(__ushort_as_half(uint16_t(bits16))); }
 __device__ __forceinline__ uint32_t byte_of(const uint32_t * w, int i) { return (w[i / 4] >> (8 * (i % 4))) & 0xffu; }
 
+// ---- weight loads --------------------------------------------------------------------------------
+// Each weight byte is read once per call, so weight loads skip L1 (L1::no_allocate): L1 then keeps
+// the activations, which every warp of an SM reads again for each of its superblocks.
+__device__ __forceinline__ uint4 load_weights_u4(const uint8_t * p) {
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ uint2 load_weights_u2(const uint8_t * p) {
+    uint2 r;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ uint32_t load_weights_u32(const uint8_t * p) {
+    uint32_t r;
+    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ uint32_t load_weights_u16(const uint8_t * p) {
+    unsigned short r;
+    asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(r) : "l"(p));
+    return r;
+}
+
 // 32-bit load from a 2-byte aligned address (Q6_K blocks are 210 bytes, so only 2-aligned)
 __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t * p) {
-    const uint16_t * h = reinterpret_cast<const uint16_t *>(p);
-    return uint32_t(h[0]) | (uint32_t(h[1]) << 16);
+    return load_weights_u16(p) | (load_weights_u16(p + 2) << 16);
 }
 
 // ---- the quantized activations as the kernels get them ------------------------------------------
@@ -76,12 +101,12 @@ struct Q4KRows {           // one thread's part of one superblock, for its rows 
 };
 
 __device__ __forceinline__ void load_q4k(Q4KRows & r, const uint8_t * a, const uint8_t * b, int t) {
-    r.head[0] = *reinterpret_cast<const uint4 *>(a);
-    r.head[1] = *reinterpret_cast<const uint4 *>(b);
+    r.head[0] = load_weights_u4(a);
+    r.head[1] = load_weights_u4(b);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        r.qs[0][j] = *reinterpret_cast<const uint2 *>(a + 16 + 32 * j + 8 * t);
-        r.qs[1][j] = *reinterpret_cast<const uint2 *>(b + 16 + 32 * j + 8 * t);
+        r.qs[0][j] = load_weights_u2(a + 16 + 32 * j + 8 * t);
+        r.qs[1][j] = load_weights_u2(b + 16 + 32 * j + 8 * t);
     }
 }
 
@@ -238,7 +263,7 @@ __device__ __forceinline__ void load_q6k(Q6KRows & r, const uint8_t * a, const u
         }
 #pragma unroll
         for (int q = 0; q < 4; ++q) r.sc[x][q] = load_u32_a2(p + 192 + 4 * q);
-        r.d[x] = __half2float(*reinterpret_cast<const __half *>(p + 208));
+        r.d[x] = f16_bits(load_weights_u16(p + 208));
     }
 }
 
@@ -291,6 +316,97 @@ struct Q6KHalf : Q6KBlocks {
                 mma_f16_k16(c, a[0], a[1], a[2], a[3], bx.x, bx.y);
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[nt][e] += ds[e / 2] * c[e];
+            }
+        }
+    }
+};
+
+// ---- Q8_0: y = d*q per 32-value block --------------------------------------------------------------
+// The kernels step through K 256 values at a time: 8 blocks (272 bytes, so a step starts 16-byte
+// aligned in rows of a multiple of 256 values). Thread t of a quad holds, per block b and word h,
+// qs bytes [8t + 4h, +4) of rows g and g + 8: the values xh_index places at sub-block b, word h.
+struct Q80Rows {
+    uint32_t q[2][2 * kQ80Blocks];   // [row][2b + h]
+    uint32_t d[2][kQ80Blocks / 2];   // [row][m]: the f16 scales of blocks 2m, 2m + 1
+};
+
+// Block b's qs start 2 bytes into it: 4-aligned for odd b, 2 mod 4 for even b (34b + 2).
+__device__ __forceinline__ void load_q80_row(uint32_t (&q)[2 * kQ80Blocks], uint32_t (&d)[kQ80Blocks / 2], const uint8_t * p, int t) {
+#pragma unroll
+    for (int b = 0; b < kQ80Blocks; ++b) {
+        const uint8_t * qs = p + kQ80Bytes * b + 2 + 8 * t;
+        if (b % 2) {
+            q[2 * b] = load_weights_u32(qs);
+            q[2 * b + 1] = load_weights_u32(qs + 4);
+        } else {
+            const uint32_t lo = load_weights_u16(qs), mid = load_weights_u32(qs + 2), hi = load_weights_u16(qs + 6);
+            q[2 * b] = __byte_perm(lo, mid, 0x5410);
+            q[2 * b + 1] = __byte_perm(mid, hi, 0x5432);
+        }
+    }
+    // d of block 2m leads its 4-aligned word; d of block 2m + 1 is the high half of the word 32
+    // bytes further (its block starts at 34)
+#pragma unroll
+    for (int m = 0; m < kQ80Blocks / 2; ++m) {
+        d[m] = __byte_perm(load_weights_u32(p + 2 * kQ80Bytes * m), load_weights_u32(p + 2 * kQ80Bytes * m + 32), 0x7610);
+    }
+}
+
+struct Q80Blocks {
+    static constexpr int kBytes = kQ80Blocks * kQ80Bytes;
+    using Rows = Q80Rows;
+    static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) {
+        load_q80_row(r.q[0], r.d[0], a, t);
+        load_q80_row(r.q[1], r.d[1], b, t);
+    }
+};
+
+// Four int8 values as two exact half2: (e0, e2) and (e1, e3), the xh layout's nibble-pair order.
+// Biased to unsigned (q + 128), placed under 0x64 as 1024 + q + 128, then 1152 taken off.
+__device__ __forceinline__ void int8x4_to_half2x2(uint32_t w, uint32_t & even, uint32_t & odd) {
+    const uint32_t u = w ^ 0x80808080u;
+    const __half2 k1152 = __float2half2_rn(1152.0f);
+    even = half2_bits(__hsub2(bits_half2(__byte_perm(u, 0x64646464u, 0x4240)), k1152));
+    odd = half2_bits(__hsub2(bits_half2(__byte_perm(u, 0x64646464u, 0x4341)), k1152));
+}
+
+// Q8_0 on f16 tensor cores: q as exact f16, two m16n8k16 mma per block (words h = 0, 1) into the
+// block's own sum, d applied to it in f32, as Q6KHalf does per group.
+struct Q80Half : Q80Blocks {
+
+    template <int NT>
+    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
+                                                    int g, int t) {
+        constexpr int n_pad = 8 * NT;
+        bool live[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) live[nt] = nt * 8 + g < cols.n;
+        const uint4 * xh = cols.xh + (i * 8 * n_pad + g) * 4 + t;   // + ((2j + h) * n_pad + nt * 8) * 4
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {   // blocks 2j (u = 0) and 2j + 1 (u = 1)
+            float c[2][NT][4] = {};
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                uint32_t a[2][4];   // [u][mma register]: rows g, g + 8 of (e0, e2), then (e1, e3)
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) int8x4_to_half2x2(cur.q[r][2 * (2 * j + u) + h], a[u][r], a[u][2 + r]);
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const uint4 bx = live[nt] ? xh[((2 * j + h) * n_pad + nt * 8) * 4] : make_uint4(0, 0, 0, 0);
+                    mma_f16_k16(c[0][nt], a[0][0], a[0][1], a[0][2], a[0][3], bx.x, bx.y);
+                    mma_f16_k16(c[1][nt], a[1][0], a[1][1], a[1][2], a[1][3], bx.z, bx.w);
+                }
+            }
+            float2 d[2];   // [row]: d of blocks 2j, 2j + 1
+#pragma unroll
+            for (int r = 0; r < 2; ++r) d[r] = __half22float2(bits_half2(cur.d[r][j]));
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[nt][e] += d[e / 2].x * c[0][nt][e] + d[e / 2].y * c[1][nt][e];
             }
         }
     }

@@ -192,7 +192,11 @@ cudaError_t launch_format(const SmallGemm & g, const ScratchParts & p, SmallGemm
 
 template <int NT>
 cudaError_t launch(const SmallGemm & g, const ScratchParts & p, SmallGemmGeometry geo, cudaStream_t s) {
-    return g.type == 14 ? launch_format<Q6KHalf, NT>(g, p, geo, s) : launch_format<Q4KHalf, NT>(g, p, geo, s);
+    switch (g.type) {
+        case kTypeQ6K: return launch_format<Q6KHalf, NT>(g, p, geo, s);
+        case kTypeQ80: return launch_format<Q80Half, NT>(g, p, geo, s);
+        default: return launch_format<Q4KHalf, NT>(g, p, geo, s);
+    }
 }
 
 int64_t row_blocks(const SmallGemm & g, int row_tiles) { return (g.nrows + kTileRows * row_tiles - 1) / (kTileRows * row_tiles); }
@@ -214,7 +218,16 @@ SmallGemmGeometry valid_geometry(const SmallGemm & g, SmallGemmGeometry geo) {
 
 } // namespace
 
-bool small_gemm_supports(int ggml_type) { return ggml_type == 12 || ggml_type == 14; }
+bool small_gemm_supports(int ggml_type) { return small_gemm_step_bytes(ggml_type) != 0; }
+
+size_t small_gemm_step_bytes(int ggml_type) {
+    switch (ggml_type) {
+        case kTypeQ4K: return kQ4KBytes;
+        case kTypeQ6K: return kQ6KBytes;
+        case kTypeQ80: return size_t(kQ80Blocks) * kQ80Bytes;
+        default: return 0;
+    }
+}
 
 // Chosen from bench/gpu/small_gemm_bench.cu's sweep on the H200 (bench/RESULTS.md). The row tiles and
 // K splits, which fix the order of the sums, depend on the matrix alone, so a column's outputs are
@@ -222,12 +235,13 @@ bool small_gemm_supports(int ggml_type) { return ggml_type == 12 || ggml_type ==
 // split only for matrices whose row blocks do not give every SM one. Three blocks an SM without
 // prefetch up to 8 columns, and up to 16 but for the Q4_K matrices of 16K rows or more, where two
 // with prefetch were 6-22% faster at 16 columns; wider calls, whose accumulators would spill under
-// the three-block register cap, two with prefetch.
+// the three-block register cap, two with prefetch. Q8_0 (not swept yet) takes Q4_K's row tiles.
 SmallGemmGeometry small_gemm_geometry(const SmallGemm & g) {
     SmallGemmGeometry geo;
-    geo.row_tiles = g.type == 12 && g.nrows >= 8192 ? 2 : 1;
-    const bool tall_q4k = g.type == 12 && g.nrows >= 16384;
-    geo.blocks_per_sm = g.n <= 8 || (g.n <= 16 && !tall_q4k) ? 3 : 2;
+    geo.row_tiles = g.type != kTypeQ6K && g.nrows >= 8192 ? 2 : 1;
+    const bool tall_q4k = g.type == kTypeQ4K && g.nrows >= 16384;
+    // Q8_0 holds twice Q4_K's registers a step: a prefetched next step would spill
+    geo.blocks_per_sm = g.n <= 8 || (g.n <= 16 && !tall_q4k) || g.type == kTypeQ80 ? 3 : 2;
     geo.k_splits = 1;
     const int64_t sms = std::max(1, g.n_sm), blocks = row_blocks(g, geo.row_tiles);
     if (blocks < sms) {

@@ -8,7 +8,7 @@
 //
 // Numerics follow ggml's q8_1 path: activations are quantized to int8 per 32 values with a float
 // scale, and the f16 kernels take those int8 values times their scale, and the 32 values' sums, in
-// f16; Q4_K and Q6_K weights enter the mma as exact f16 integers, block scales apply in float.
+// f16; Q4_K, Q6_K and Q8_0 weights enter the mma as exact f16 integers, block scales apply in float.
 // A column's result does not depend on how many other columns the call has: a token gets the same
 // matmul outputs in a 1-token step as in a 16-token verify.
 #pragma once
@@ -20,8 +20,11 @@ namespace luce::cuda {
 
 constexpr int kSmallGemmMaxCols = 32;
 
-// Weight types these kernels take (ggml_type values: GGML_TYPE_Q4_K = 12, GGML_TYPE_Q6_K = 14).
+// Weight types these kernels take (ggml_type values).
+constexpr int kTypeQ80 = 8, kTypeQ4K = 12, kTypeQ6K = 14;
 bool small_gemm_supports(int ggml_type);
+// Bytes of one row's 256 values in that type (0 for a type the kernels do not take).
+size_t small_gemm_step_bytes(int ggml_type);
 
 struct SmallGemm {
     int type;                 // ggml_type of the weights

@@ -90,6 +90,9 @@ cudaStream_t ggml_compute_stream(ggml_backend_t backend, int device, ggml_backen
     return joined && ended && idle ? s : nullptr;
 }
 
+static_assert(cuda::kTypeQ80 == GGML_TYPE_Q8_0 && cuda::kTypeQ4K == GGML_TYPE_Q4_K && cuda::kTypeQ6K == GGML_TYPE_Q6_K,
+              "small_batch_gemm.h's type numbers are ggml's");
+
 const ggml_tensor * storage(const ggml_tensor * t) { return t->view_src ? t->view_src : t; }
 
 // Names the key nodes of the pieces captured into a step graph, unique in the process (see Piece).
@@ -106,7 +109,8 @@ bool replaceable(const ggml_tensor * t) {
     if (x->ne[1] < kMinTokens || x->ne[1] > kMaxTokens || w->ne[0] % 256 != 0 || x->ne[0] != w->ne[0]) return false;
     if (w->nb[0] != ggml_type_size(w->type) || x->nb[0] != sizeof(float) || t->nb[0] != sizeof(float)) return false;
     if (x->nb[1] % sizeof(float) != 0 || t->nb[1] % sizeof(float) != 0) return false;
-    const size_t align = w->type == GGML_TYPE_Q4_K ? 16 : 2;   // Q4_K: 16-byte block headers; Q6_K: 2-byte fields
+    // Q4_K: 16-byte block headers; Q8_0: 4-byte words at known offsets of 272-byte steps; Q6_K: 2-byte fields
+    const size_t align = w->type == GGML_TYPE_Q4_K ? 16 : w->type == GGML_TYPE_Q8_0 ? 4 : 2;
     if (reinterpret_cast<uintptr_t>(w->data) % align != 0 || w->nb[1] % align != 0) return false;
     const ggml_backend_buffer_t wbuf = storage(w)->buffer;
     return wbuf && !ggml_backend_buffer_is_host(wbuf) && w->data && x->data && t->data;
@@ -426,7 +430,7 @@ extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, c
     using luce::Error;
     return luce::guarded([&] {
         REQUIRE(w && x && y && nrows > 0 && k > 0, "weights, activations and output are required");
-        REQUIRE(luce::cuda::small_gemm_supports(ggml_type), "the small-batch kernels take Q4_K and Q6_K weights");
+        REQUIRE(luce::cuda::small_gemm_supports(ggml_type), "the small-batch kernels take Q4_K, Q6_K and Q8_0 weights");
         REQUIRE(k % 256 == 0 && n >= 1 && n <= luce::cuda::kSmallGemmMaxCols, "k must be a multiple of 256 and n 1..32");
         cudaDeviceProp prop{};
         if (cudaSetDevice(device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess ||
@@ -434,7 +438,7 @@ extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, c
             cudaGetLastError();
             throw Error(LUCE_ERR_UNSUPPORTED, "CUDA device " + std::to_string(device) + " cannot run the small-batch kernels");
         }
-        const size_t row_bytes = size_t(k / 256) * (ggml_type == GGML_TYPE_Q4_K ? 144 : 210);
+        const size_t row_bytes = size_t(k / 256) * luce::cuda::small_gemm_step_bytes(ggml_type);
         const size_t w_bytes = row_bytes * size_t(nrows), x_bytes = sizeof(float) * size_t(k) * size_t(n),
                      y_bytes = sizeof(float) * size_t(nrows) * size_t(n);
         const size_t s_bytes = luce::cuda::small_gemm_scratch_bytes(k, n);

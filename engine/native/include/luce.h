@@ -359,6 +359,8 @@ typedef struct luce_draft luce_draft;
 typedef struct luce_draft_params {
     int32_t n_ctx_draft;   // context positions kept (ring size); <= 0: 4096
     bool    use_mmap;      // CPU: map the file instead of copying it (default true)
+    bool    small_batch_kernels;   // CUDA: the block and a step's injection on luce's small-batch kernels (default true)
+    bool    step_graphs;           // ... each captured once as one CUDA graph and replayed (default true)
 } luce_draft_params;
 
 LUCE_API luce_draft_params luce_draft_default_params(void);
@@ -384,6 +386,8 @@ typedef struct luce_draft_info {
     uint64_t kv_bytes;                         // draft KV cache (ring + block scratch)
     uint64_t compute_bytes;                    // scratch of the draft and inject graphs
     int64_t  n_graph_builds, n_graph_reuses;
+    int64_t  n_small_batch_evals;              // graphs run on the small-batch kernels
+    int64_t  n_step_graph_replays;             // ... of them replayed as one captured CUDA graph
 } luce_draft_info;
 
 // Loads and validates a draft for `target`. Errors name the file and the key or tensor:

@@ -18,6 +18,8 @@ luce_draft_params luce_draft_default_params(void) {
     luce_draft_params p{};
     p.n_ctx_draft = 4096;
     p.use_mmap = true;
+    p.small_batch_kernels = true;
+    p.step_graphs = true;
     return p;
 }
 
@@ -27,7 +29,7 @@ luce_status luce_draft_load(const char * path, const luce_model * target, luce_d
         REQUIRE(path && target && out, "luce_draft_load: path, target and out are required");
         auto d = std::make_unique<luce_draft>();
         d->model = luce::load_draft_model(path, *target->impl, params.use_mmap);
-        d->ctx = std::make_unique<luce::DraftContext>(*d->model, params.n_ctx_draft);
+        d->ctx = std::make_unique<luce::DraftContext>(*d->model, params.n_ctx_draft, params.small_batch_kernels, params.step_graphs);
         *out = d.release();
     });
 }
@@ -63,6 +65,8 @@ luce_status luce_draft_get_info(const luce_draft * d, luce_draft_info * out) {
         out->compute_bytes = d->ctx->compute_bytes();
         out->n_graph_builds = d->ctx->n_graph_builds();
         out->n_graph_reuses = d->ctx->n_graph_reuses();
+        out->n_small_batch_evals = d->ctx->n_small_batch_evals();
+        out->n_step_graph_replays = d->ctx->n_step_graph_replays();
     });
 }
 

@@ -27,8 +27,12 @@ static constexpr int kInjectChunk = 512;
 
 static size_t draft_max_nodes(const DraftHParams & hp) { return size_t(64) * hp.n_layer + 256; }
 
-DraftContext::DraftContext(DraftModel & d, int n_ctx_draft)
+DraftContext::DraftContext(DraftModel & d, int n_ctx_draft, bool small_batch_kernels, bool step_graphs)
     : d_(d), runner_(d.dev, d.target->n_threads, draft_max_nodes(d.hp), kKinds, /*stop_on_cancel=*/false) {
+    if (small_batch_kernels && !runner_.on_cpu()) {
+        block_kernels_.runner = make_small_batch_runner(runner_.backend(), step_graphs);
+        inject_kernels_.runner = make_small_batch_runner(runner_.backend(), step_graphs);
+    }
     const DraftHParams & hp = d_.hp;
     B_ = hp.block_size;
     W_ = n_ctx_draft > 0 ? n_ctx_draft : 4096;
@@ -68,6 +72,8 @@ DraftContext::~DraftContext() {
     inject_.reset();
     draft_.reset();
     inject_ring_.reset();
+    block_kernels_.runner.reset();   // before the runner's device goes
+    inject_kernels_.runner.reset();
     if (cache_buf_) ggml_backend_buffer_free(cache_buf_);
     if (cache_ctx_) ggml_free(cache_ctx_);
 }
@@ -82,7 +88,44 @@ void DraftContext::reserve() {
     update_compute_bytes();
 }
 
-void DraftContext::update_compute_bytes() { compute_bytes_ = runner_.compute_bytes(); }
+void DraftContext::update_compute_bytes() {
+    compute_bytes_ = runner_.compute_bytes();
+    for (const Kernels * k : {&block_kernels_, &inject_kernels_}) {
+        if (k->runner) compute_bytes_ += k->runner->scratch_bytes();
+    }
+}
+
+DraftContext::Kernels * DraftContext::kernels_for(Kind kind) {
+    Kernels * k = kind == kDraft ? &block_kernels_ : kind == kInjectRing ? &inject_kernels_ : nullptr;
+    return k && k->runner ? k : nullptr;
+}
+
+// Between building and allocating a graph of n_rows: its inputs stay on the device when the
+// small-batch kernels will run it (one split, no input copies).
+void DraftContext::place_inputs(Kind kind, int n_rows, std::initializer_list<ggml_tensor *> inputs) {
+    Kernels * k = kernels_for(kind);
+    if (!k || !k->runner->wants(n_rows)) return;
+    for (ggml_tensor * t : inputs) k->runner->place_input(runner_.sched(kind), t);
+}
+
+void DraftContext::prepare_kernels(Kind kind, int n_rows, ggml_cgraph * gf) {
+    Kernels * k = kernels_for(kind);
+    if (!k) return;
+    k->prepared = k->runner->wants(n_rows) && k->runner->prepare(runner_.sched(kind), gf);
+    update_compute_bytes();   // the runner's scratch may have grown
+}
+
+void DraftContext::compute(ggml_cgraph * gf, Kind kind, const char * what) {
+    Kernels * k = kernels_for(kind);
+    if (!k || !k->prepared) {
+        runner_.compute(gf, kind, what);
+        return;
+    }
+    const ggml_status st = k->runner->compute(gf);
+    n_small_batch_evals_++;
+    if (k->runner->last_ran() == SmallBatchRunner::Ran::replayed) n_step_graph_replays_++;
+    runner_.throw_on(st, what);
+}
 
 void DraftContext::reset() {
     std::fill(slot_pos_.begin(), slot_pos_.end(), -1);
@@ -223,23 +266,33 @@ DraftContext::Graph & DraftContext::inject_graph(int n) {
 }
 
 DraftContext::Graph & DraftContext::draft_graph(int n_kv_ctx) {
-    runner_.use(draft_, n_kv_ctx, kDraft, [] { return std::string("the draft block"); }, [&] {
-        auto g = std::make_unique<Graph>();
-        build_draft(*g, n_kv_ctx);
-        return g;
-    });
+    const bool built = runner_.use(
+        draft_, n_kv_ctx, kDraft, [] { return std::string("the draft block"); },
+        [&] {
+            auto g = std::make_unique<Graph>();
+            build_draft(*g, n_kv_ctx);
+            return g;
+        },
+        [&](Graph & g) { place_inputs(kDraft, B_, {g.tokens, g.pos, g.idx, g.mask, g.mask_swa}); });
+    if (built) prepare_kernels(kDraft, B_, draft_.graph->gf);
     return *draft_.graph;
 }
 
 DraftContext::Graph & DraftContext::inject_ring_graph(int n, const std::vector<ggml_tensor *> & rings) {
     const std::pair<int, const void *> key{n, rings.front()};
     const auto describe = [&] { return "a draft injection of " + std::to_string(n) + " rows"; };
-    const bool built = runner_.use(inject_ring_, key, kInjectRing, describe, [&] {
-        auto g = std::make_unique<Graph>();
-        build_inject(*g, n, &rings);
-        return g;
-    });
-    if (built) update_compute_bytes();   // its scheduler is not reserved up front
+    const bool built = runner_.use(
+        inject_ring_, key, kInjectRing, describe,
+        [&] {
+            auto g = std::make_unique<Graph>();
+            build_inject(*g, n, &rings);
+            return g;
+        },
+        [&](Graph & g) { place_inputs(kInjectRing, n, {g.ring_rows, g.pos, g.idx}); });
+    if (built) {
+        prepare_kernels(kInjectRing, n, inject_ring_.graph->gf);
+        update_compute_bytes();   // its scheduler is not reserved up front
+    }
     return *inject_ring_.graph;
 }
 
@@ -254,7 +307,7 @@ void DraftContext::finish_inject(Graph & g, Kind kind, int32_t start, int32_t nc
     std::vector<int64_t> idx(size_t(rows), 0);
     for (int32_t i = 0; i < nc; ++i) idx[size_t(i)] = B_ + (start + i) % W_;
     ggml_backend_tensor_set(g.idx, idx.data(), 0, idx.size() * sizeof(int64_t));
-    runner_.compute(g.gf, kind, "draft injection");
+    compute(g.gf, kind, "draft injection");
     for (int32_t i = 0; i < nc; ++i) {
         const int32_t p = start + i, s = p % W_;
         slot_pos_[size_t(s)] = p;
@@ -356,7 +409,7 @@ void DraftContext::run(int32_t x0, int32_t pos0, int32_t * out) {
     if (g.mask) ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(float));
     if (g.mask_swa) ggml_backend_tensor_set(g.mask_swa, mask_swa_buf_.data(), 0, mask_swa_buf_.size() * sizeof(float));
 
-    runner_.compute(g.gf, kDraft, "draft computation");
+    compute(g.gf, kDraft, "draft computation");
     std::vector<int32_t> am(static_cast<size_t>(B_));
     ggml_backend_tensor_get(g.argmax, am.data(), 0, am.size() * sizeof(int32_t));
     for (int i = 1; i < B_; ++i) out[i - 1] = am[size_t(i)];

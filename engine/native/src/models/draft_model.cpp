@@ -365,7 +365,9 @@ uint64_t draft_compute_bytes_estimate(const DraftModel & d, int n_ctx_draft) {
     const uint64_t inject = f32 * n * (Nf * E + 3 * E + 5 * KV);
     const uint64_t inject_ring = f32 * n * (2 * Nf * E + 3 * E + 5 * KV);
     const uint64_t draft = f32 * (B * (8 * E + 5 * Q + 5 * KV + 3 * F) + n_kv * B * (2 * Hq + 2) + n_kv * KV + 3 * V * B);
-    return inject + inject_ring + draft + small_inputs + f32 * V;
+    // on a GPU, the small-batch kernels' scratch of the block's and the injection's runner
+    const uint64_t kernels = device_is_cpu(d.dev) ? 0 : 2 * small_batch_scratch_bound(int64_t(std::max({Nf * E, F, E, Q})));
+    return inject + inject_ring + draft + small_inputs + f32 * V + kernels;
 }
 
 DraftPlan plan_draft(const DraftModel & d, int n_ctx_draft, int capture_ring) {

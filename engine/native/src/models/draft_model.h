@@ -7,6 +7,7 @@
 #include "graph.h"
 #include "graph_runner.h"
 #include "model.h"
+#include "small_batch_runner.h"
 
 #include "ggml-backend.h"
 #include "ggml.h"
@@ -93,7 +94,9 @@ DraftPlan plan_draft(const DraftModel & d, int n_ctx_draft, int capture_ring);
 // per shape and replayed (each kind has a scheduler of its own so they do not evict each other).
 class DraftContext {
 public:
-    DraftContext(DraftModel & d, int n_ctx_draft);   // throws
+    // small_batch_kernels / step_graphs: on CUDA, the block and a speculative step's injection run on
+    // luce's small-batch kernels, each captured once as one CUDA graph (luce_engine_params' flags).
+    DraftContext(DraftModel & d, int n_ctx_draft, bool small_batch_kernels = false, bool step_graphs = false);   // throws
     ~DraftContext();
 
     void reset();
@@ -111,6 +114,8 @@ public:
     uint64_t compute_bytes() const { return compute_bytes_; }
     int64_t n_graph_builds() const { return runner_.n_builds(); }
     int64_t n_graph_reuses() const { return runner_.n_reuses(); }
+    int64_t n_small_batch_evals() const { return n_small_batch_evals_; }
+    int64_t n_step_graph_replays() const { return n_step_graph_replays_; }
 
 private:
     struct Graph {
@@ -131,6 +136,16 @@ private:
     int32_t inject_rows(int32_t nc) const;
     void update_compute_bytes();
     Graph & draft_graph(int n_kv_ctx);
+    // The small-batch runner of a graph kind (null when it has none), and whether its current graph
+    // was prepared for it; compute() runs a graph of that kind either way.
+    struct Kernels {
+        std::unique_ptr<SmallBatchRunner> runner;
+        bool prepared = false;
+    };
+    Kernels * kernels_for(Kind kind);
+    void place_inputs(Kind kind, int n_rows, std::initializer_list<ggml_tensor *> inputs);
+    void prepare_kernels(Kind kind, int n_rows, ggml_cgraph * gf);
+    void compute(ggml_cgraph * gf, Kind kind, const char * what);
     ggml_tensor * rope(ggml_context * ctx, ggml_tensor * x, ggml_tensor * pos) const;
     void set_positions(ggml_tensor * t, int32_t first, int32_t n) const;
     void reserve();
@@ -150,6 +165,8 @@ private:
     bool have_logits_ = false;
     uint64_t kv_bytes_ = 0, compute_bytes_ = 0;
     std::vector<float> mask_buf_, mask_swa_buf_;
+    Kernels block_kernels_, inject_kernels_;   // kDraft's and kInjectRing's
+    int64_t n_small_batch_evals_ = 0, n_step_graph_replays_ = 0;
 };
 
 } // namespace luce
