@@ -257,13 +257,17 @@ size_t small_gemm_step_bytes(int ggml_type) {
 // split only for matrices whose row blocks do not give every SM one. Three blocks an SM without
 // prefetch up to 8 columns, and up to 16 but for the Q4_K matrices of 16K rows or more, where two
 // with prefetch were 6-22% faster at 16 columns; wider calls, whose accumulators would spill under
-// the three-block register cap, two with prefetch. Q8_0 (not swept yet) takes Q4_K's row tiles.
+// the three-block register cap, two with prefetch (Q6_K from 9 columns). Q8_0 takes Q4_K's row
+// tiles.
 SmallGemmGeometry small_gemm_geometry(const SmallGemm & g) {
     SmallGemmGeometry geo;
     geo.row_tiles = g.type != kTypeQ6K && g.nrows >= 8192 ? 2 : 1;
     const bool tall_q4k = g.type == kTypeQ4K && g.nrows >= 16384;
-    // Q8_0 holds twice Q4_K's registers a step: a prefetched next step would spill
-    geo.blocks_per_sm = g.n <= 8 || (g.n <= 16 && !tall_q4k) || g.type == kTypeQ80 ? 3 : 2;
+    // Q8_0 holds twice Q4_K's registers a step: a prefetched next step would spill. Q6_K's 9..16
+    // columns spill under the three-block cap (220 bytes): two blocks with prefetch measured
+    // 1.15-1.4x there (one run, weight loads then skipping L1).
+    const bool q6k_wide = g.type == kTypeQ6K && g.n > 8;
+    geo.blocks_per_sm = (g.n <= 8 || (g.n <= 16 && !tall_q4k && !q6k_wide) || g.type == kTypeQ80) ? 3 : 2;
     geo.k_splits = 1;
     const int64_t sms = std::max(1, g.n_sm), blocks = row_blocks(g, geo.row_tiles);
     if (blocks < sms) {
