@@ -203,9 +203,20 @@ class _Reply:
         self.asm = ReplyAssembler(thinking=job.info.get("thinking", False), tools=self.req.tools, prefix=self.prefix)
 
     def finish_reason(self) -> str:
-        if self.asm.calls:
+        reason = FINISH.get(self.result.finish_reason, "stop")
+        if self.asm.calls and reason != "length":   # a call cut off by max_tokens is not a finished call
             return "tool_calls"
-        return FINISH.get(self.result.finish_reason, "stop")
+        return reason
+
+    def missing_call(self) -> APIError | None:
+        """tool_choice required / named: the prompt opened the call, but what the model wrote in it
+        is not a call we could parse. An error, not the text as if it were an answer."""
+        if not self.prefix or self.asm.calls:
+            return None
+        text = self.prefix + "".join(self.asm.content)
+        return APIError(500, f"tool_choice {json.dumps(self.req.tool_choice)} needs a tool call, but the model wrote "
+                             f"no valid one (finish: {self.result.finish_reason}): {text[:300]!r}",
+                        param="tool_choice", code="tool_call_missing")
 
     def enough_calls(self) -> bool:
         """parallel_tool_calls false: the first complete call ends the reply."""
@@ -321,6 +332,9 @@ async def _collect(job: Job, reply: _Reply, gone: asyncio.Future, worker: Engine
                 case events.Finished(result=result):
                     reply.result = result
                     reply.asm.finish()
+                    if (missing := reply.missing_call()) is not None:
+                        await _drain(job, evs[i + 1:])
+                        raise missing
                 case events.Error(error=error):
                     await _drain(job, evs[i + 1:])
                     raise _api_error(error)
@@ -362,6 +376,7 @@ async def _sse(job: Job, reply: _Reply, worker: EngineWorker, keepalive_s: float
                     case events.Started():
                         reply.start(job)
                         parts.append(reply.chunk({"role": "assistant", "content": ""}))
+                        parts.extend(reply.chunk(delta) for delta in reply.asm.opening)
                     case events.Step():
                         for delta in reply.asm.feed(ev):
                             parts.append(reply.chunk(delta))
@@ -369,14 +384,18 @@ async def _sse(job: Job, reply: _Reply, worker: EngineWorker, keepalive_s: float
                             worker.cancel(job)
                     case events.Finished(result=result):
                         reply.result = result
-                        for delta in reply.asm.finish():
+                        rest = reply.asm.finish()
+                        finished = True
+                        if (missing := reply.missing_call()) is not None:
+                            parts.append(f"data: {json.dumps(missing.body())}\n\n")
+                            continue
+                        for delta in rest:
                             parts.append(reply.chunk(delta))
                         parts.append(reply.chunk({}, reply.finish_reason(), luce=reply.extension()))
                         if reply.req.include_usage:
                             body = {"id": reply.id, "object": "chat.completion.chunk", "created": reply.created,
                                     "model": reply.model_id, "choices": [], "usage": reply.usage()}
                             parts.append(f"data: {json.dumps(body)}\n\n")
-                        finished = True
                     case events.Error(error=error):   # after the stream began: an error event, then the end
                         parts.append(f"data: {json.dumps(_api_error(error).body())}\n\n")
             evs = []

@@ -22,8 +22,10 @@ class ReplyAssembler:
         self.undecided = "" if not thinking else None   # leading text until we know whether it thinks
         self.tools = ToolCallParser(tools) if tools else None
         self.content, self.reasoning = [], []
+        self.opening: list[dict] = []   # the prefix's deltas (a forced call's id and name), sent first
         if prefix:
-            self._answer(prefix, False, [])
+            self._answer(prefix, False, self.opening)
+            self.opening = _merge(self.opening)
 
     @property
     def calls(self):
