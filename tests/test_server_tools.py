@@ -87,6 +87,12 @@ def test_parallel_tool_calls_false_stops_after_the_first(tmp_path_factory):
         assert [t.function.name for t in both] == ["a", "b"] and len({t.id for t in both}) == 2
         one = c.chat.completions.create(model="any", messages=ASK, tools=tools, parallel_tool_calls=False)
         assert [t.function.name for t in one.choices[0].message.tool_calls] == ["a"]
+        # streamed too, also when the second call's text arrived with the first (dropped, not sent)
+        chunks = list(c.chat.completions.create(model="any", messages=ASK, tools=tools, parallel_tool_calls=False,
+                                                stream=True))
+        names = [tc.function.name for ch in chunks if ch.choices for tc in ch.choices[0].delta.tool_calls or ()
+                 if tc.function.name]
+        assert names == ["a"]
 
 
 def test_xml_tool_call_streams_as_json_arguments(tmp_path_factory):

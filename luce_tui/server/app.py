@@ -189,6 +189,9 @@ def _api_error(e: BaseException) -> APIError:
 
 
 # -- the response side --------------------------------------------------------------------------
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode   # json.dumps(ensure_ascii=False), without a new encoder a call
+_TAIL_JSON = '{}, "finish_reason": null}]}'              # how a chunk's JSON ends after its delta (an empty one here)
+_TAIL = _TAIL_JSON[2:] + "\n\n"
 class _Reply:
     """A response's identity and its assembled message."""
 
@@ -197,10 +200,12 @@ class _Reply:
         self.id, self.created = "chatcmpl-" + secrets.token_hex(12), int(time.time())
         self.asm: ReplyAssembler | None = None
         self.result = None
+        self._head: str | None = None   # `data: {"id": …, "delta": ` of the plain chunks
 
     def start(self, job: Job) -> None:
         self.job = job
-        self.asm = ReplyAssembler(thinking=job.info.get("thinking", False), tools=self.req.tools, prefix=self.prefix)
+        self.asm = ReplyAssembler(thinking=job.info.get("thinking", False), tools=self.req.tools, prefix=self.prefix,
+                                  max_calls=None if self.req.parallel_tool_calls else 1)
 
     def finish_reason(self) -> str:
         reason = FINISH.get(self.result.finish_reason, "stop")
@@ -219,7 +224,8 @@ class _Reply:
                         param="tool_choice", code="tool_call_missing")
 
     def enough_calls(self) -> bool:
-        """parallel_tool_calls false: the first complete call ends the reply."""
+        """parallel_tool_calls false: the first complete call ends the reply (the assembler drops
+        what follows it, also what already arrived; this stops the engine)."""
         return not self.req.parallel_tool_calls and bool(self.asm.tools) and self.asm.tools.complete_calls >= 1
 
     def usage(self) -> dict:
@@ -239,11 +245,20 @@ class _Reply:
 
     def chunk(self, delta: dict, finish: str | None = None, **extra) -> str:
         spans = delta.pop("_spans", None)
-        body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model_id,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
-        if spans and any(d for _, d in spans):   # provenance for a luce client's highlighting
+        drafted = spans is not None and any(d for _, d in spans)
+        if finish is None and not extra and not drafted:
+            # the chunk of nearly every token: the same bytes as below, with only the delta encoded
+            if self._head is None:
+                self._head = "data: " + _ENCODE(self._body({}, None))[:-len(_TAIL_JSON)]
+            return self._head + _ENCODE(delta) + _TAIL
+        body = self._body(delta, finish, **extra)
+        if drafted:   # provenance for a luce client's highlighting
             body["luce"] = {"spans": spans}
-        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+        return f"data: {_ENCODE(body)}\n\n"
+
+    def _body(self, delta: dict, finish: str | None, **extra) -> dict:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model_id,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
 
     def message(self) -> dict:
         asm = self.asm
@@ -359,14 +374,16 @@ async def _sse(job: Job, reply: _Reply, worker: EngineWorker, keepalive_s: float
     cancels this generator)."""
     loop = job.loop
     finished = False
+    alarm = _Alarm(loop, keepalive_s, job.interrupt)   # one timer an interval, not one a token
     try:
         if evs is None:
             yield KEEPALIVE
             evs = []
-        last = loop.time()
+        alarm.reset()
         while True:
-            if not evs:
-                evs = await _take(job, None, last + keepalive_s)
+            while not evs and not alarm.due():
+                await job.wait()
+                evs = job.take()
             parts, done = [], False
             for ev in evs:
                 if ev is DONE:
@@ -401,13 +418,41 @@ async def _sse(job: Job, reply: _Reply, worker: EngineWorker, keepalive_s: float
             evs = []
             if parts:
                 yield "".join(parts) if len(parts) > 1 else parts[0]
-                last = loop.time()
-            elif loop.time() - last >= keepalive_s:   # progress events only, or nothing at all
+                alarm.reset()
+            elif alarm.due():   # progress events only, or nothing at all, for an interval
                 yield KEEPALIVE
-                last = loop.time()
+                alarm.reset()
             if done:
                 break
         yield "data: [DONE]\n\n"
     finally:
+        alarm.cancel()
         if not finished:
             worker.cancel(job)
+
+
+class _Alarm:
+    """Calls `wake` once `interval` seconds have passed since the last reset(), and again every
+    interval after that; reset() only notes the time (a timer that fires early sets itself again
+    for the remainder)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, interval: float, wake):
+        self.loop, self.interval, self.wake = loop, interval, wake
+        self.last = loop.time()
+        self.timer = loop.call_at(self.last + interval, self._fire)
+
+    def reset(self) -> None:
+        self.last = self.loop.time()
+
+    def due(self) -> bool:
+        return self.loop.time() - self.last >= self.interval
+
+    def _fire(self) -> None:
+        at, now = self.last + self.interval, self.loop.time()
+        if at <= now:
+            self.wake()
+            at = now + self.interval
+        self.timer = self.loop.call_at(at, self._fire)
+
+    def cancel(self) -> None:
+        self.timer.cancel()
