@@ -41,7 +41,7 @@ FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"
 class ServerOptions:
     api_key: str | None = None     # required as `Authorization: Bearer KEY` when set
     max_queue: int = 8             # requests waiting behind the running one; more get 429
-    keepalive_s: float = 10.0      # SSE comment interval while a stream has nothing to send
+    keepalive_s: float = 10.0      # SSE comment interval while a stream has nothing to send (queue, scoring, prefill)
     model_id: str | None = None    # default: the GGUF's file name
     system: str | None = None      # system prompt for requests that bring none
     max_tokens: int | None = None  # reply limit for requests that set none (None: the context)
@@ -192,6 +192,8 @@ def _api_error(e: BaseException) -> APIError:
 _ENCODE = json.JSONEncoder(ensure_ascii=False).encode   # json.dumps(ensure_ascii=False), without a new encoder a call
 _TAIL_JSON = '{}, "finish_reason": null}]}'              # how a chunk's JSON ends after its delta (an empty one here)
 _TAIL = _TAIL_JSON[2:] + "\n\n"
+
+
 class _Reply:
     """A response's identity and its assembled message."""
 
