@@ -7,7 +7,10 @@ subprocess on 127.0.0.1 and the official `openai` client streaming from it:
 
   * decode tok/s: the same long answer (same prompt, greedy, so the same tokens) streamed
     in-process (Conversation.run_turn's Step events) and through the server (SSE chunks), timed
-    from the first token to the last on the consumer's side; the median of --runs;
+    from the first token to the last on the consumer's side; the median of --runs, and the median
+    of each round's paired ratio (the rounds interleave the three paths). Both sides pay for the
+    same engine work, detokenization and Step events included; the server adds the event loop's
+    JSON/SSE/HTTP work and a client process that parses every chunk, on the same cores;
   * time to first token: the same prompt sent again, so both prefill one token; TTFT in-process
     (from the call to the first Step) and through the server (from the request to the first
     content chunk); the median difference is the server's overhead;
@@ -142,6 +145,10 @@ def main(argv=None) -> int:
         tps_local = statistics.median(r[1] for r in local)
         tps_remote = statistics.median(r[1] for r in remote)
         tps_raw = statistics.median(r[1] for r in raw)
+        # each round's server run over the in-process run just before it: on a shared machine the load
+        # swings between rounds, and a paired ratio cancels what the two runs of a round shared
+        paired = [r[1] / l[1] for l, r in zip(local, remote)]
+        paired_raw = [r[1] / l[1] for l, r in zip(local, raw)]
         # TTFT with the prompt already in the context: both evaluate one token, the rest is overhead
         ttft_local, ttft_remote = [], []
         short = [{"role": "user", "content": "Hi!"}]
@@ -153,6 +160,8 @@ def main(argv=None) -> int:
         reuse, fresh = ten_turns(client, unique=False), ten_turns(client, unique=True)
     out.update(decode_tps_in_process=tps_local, decode_tps_server=tps_remote, ratio=tps_remote / tps_local,
                decode_tps_server_httpx=tps_raw, ratio_httpx=tps_raw / tps_local,
+               paired_ratio_median=statistics.median(paired), paired_ratio_httpx_median=statistics.median(paired_raw),
+               rounds=[{"in_process": l[1], "server": r[1], "server_httpx": w[1]} for l, r, w in zip(local, remote, raw)],
                same_text=same_text, generated=remote[-1][2],
                ttft_ms_in_process=1e3 * statistics.median(ttft_local), ttft_ms_server=1e3 * statistics.median(ttft_remote),
                turns_with_reuse=reuse, turns_without_reuse=fresh)
@@ -161,6 +170,9 @@ def main(argv=None) -> int:
     print(f"decode: in-process {tps_local:,.1f} tok/s, through the server {tps_remote:,.1f} tok/s with the openai "
           f"client ({100 * out['ratio']:.1f}%), {tps_raw:,.1f} tok/s read with httpx ({100 * out['ratio_httpx']:.1f}%); "
           f"same text: {same_text}")
+    print(f"paired (each round's server run over its in-process run): median {out['paired_ratio_median']:.3f} with the "
+          f"openai client, {out['paired_ratio_httpx_median']:.3f} with httpx; per round: "
+          + ", ".join(f"{r['server'] / r['in_process']:.3f}" for r in out["rounds"]))
     print(f"TTFT (prompt cached): in-process {out['ttft_ms_in_process']:.1f} ms, server {out['ttft_ms_server']:.1f} ms, "
           f"overhead {out['ttft_overhead_ms']:.1f} ms")
     print(f"{'turn':>4} {'prompt':>7} | {'reuse: cached':>13} {'prefilled':>9} {'ms':>7} | {'no reuse: prefilled':>19} {'ms':>7}")

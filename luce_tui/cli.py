@@ -75,7 +75,8 @@ def build_parser(serve: bool = False) -> argparse.ArgumentParser:
         srv.add_argument("--max-queue", type=_non_negative, default=8, metavar="N",
                          help="requests that may wait behind the running one; more get 429 (default: 8)")
         srv.add_argument("--keepalive", type=float, default=10.0, metavar="S",
-                         help="seconds between SSE keep-alive comments while a stream has nothing to send (default: 10)")
+                         help="seconds between SSE keep-alive comments while a stream has nothing to send, also "
+                              "while it waits in the queue or PFlash scores (default: 10)")
         srv.add_argument("--model-name", metavar="NAME",
                          help="the model id in /v1/models and responses (default: the GGUF's file name)")
         _model_flags(p, chat)

@@ -292,12 +292,88 @@ def test_hybrid_model_reuses_the_prefix_across_requests(tmp_path):
     assert again.choices[0].message.content == first.choices[0].message.content
 
 
+def _data(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith("data: ")]
+
+
 def test_keepalive_comments_during_a_long_prefill():
     with serve("--max-ctx", "4096", "--keepalive", "0.1") as s:
         body = {"messages": [{"role": "user", "content": "word " * 1200}], "max_tokens": 2, "stream": True}
         with httpx.stream("POST", s.url + "/chat/completions", json=body, timeout=60) as r:
             lines = [line for line in r.iter_lines() if line]
-    assert ": keep-alive" in lines[:lines.index("data: [DONE]")]
     assert lines[-1] == "data: [DONE]"
-    first = json.loads(lines[0][6:])
+    first = json.loads(_data(lines)[0][6:])
     assert first["choices"][0]["delta"]["role"] == "assistant"
+    # the prefill (~1,200 tokens on one thread) is far longer than the interval: comments after the role
+    assert ": keep-alive" in lines[lines.index(_data(lines)[0]):lines.index("data: [DONE]")]
+
+
+def test_keepalive_comments_while_a_stream_waits_in_the_queue():
+    """A streaming request behind a running one gets its headers and a keep-alive every interval
+    while it waits (agent gateways time out on a silent connection), then its reply as usual; one
+    that leaves while waiting is dropped from the queue."""
+    long = dict(model="any", messages=[{"role": "user", "content": "Write a very long story about a dragon."}],
+                max_tokens=4000, temperature=0, stream=True)
+    body = {"messages": QUESTION, "max_tokens": 3, "temperature": 0, "stream": True}
+    with serve("--max-ctx", "4096", "--keepalive", "0.2") as s:
+        c = s.client()
+        first = c.chat.completions.create(**long)
+        next(iter(first))                                      # running
+        with httpx.stream("POST", s.url + "/chat/completions", json=body, timeout=60) as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+            lines, stamps = r.iter_lines(), []
+            for line in lines:
+                assert line in (": keep-alive", ""), line   # nothing but comments while it waits
+                if line:
+                    stamps.append(time.monotonic())
+                if len(stamps) == 4:
+                    break
+            assert _busy(s)["waiting"] == 1
+            assert 0.4 < stamps[-1] - stamps[0] < 10, stamps   # at the interval (3 × 0.2 s), not a burst
+            first.close()                                      # the running one leaves: this one is served
+            rest = [line for line in lines if line]
+        data = _data(rest)
+        assert json.loads(data[0][6:])["choices"][0]["delta"]["role"] == "assistant" and rest[-1] == "data: [DONE]"
+        chunks = [json.loads(d[6:]) for d in data[:-1]]
+        text = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks if ch["choices"])
+        assert text == c.chat.completions.create(model="any", messages=QUESTION, max_tokens=3,
+                                                 temperature=0).choices[0].message.content
+        assert [ch["choices"][0]["finish_reason"] for ch in chunks][-1] == "length"
+        # a waiting stream whose client leaves is dropped: the queue empties while the first still runs
+        first = c.chat.completions.create(**long)
+        next(iter(first))
+        with httpx.stream("POST", s.url + "/chat/completions", json=body, timeout=60) as r:
+            lines = r.iter_lines()                                 # (one iterator: dropping one closes the stream)
+            assert next(line for line in lines if line) == ": keep-alive"
+            assert _busy(s)["waiting"] == 1
+        _wait(lambda: _busy(s)["waiting"] == 0, what="the waiting stream to leave the queue")
+        assert _busy(s)["busy"]
+        first.close()
+
+
+def test_a_prompt_over_the_context_after_a_wait_is_an_error_event():
+    """Once a waiting stream has its headers (status 200), a refusal comes as an OpenAI error event;
+    the official client raises it."""
+    long = dict(model="any", messages=[{"role": "user", "content": "Write a very long story about a dragon."}],
+                max_tokens=4000, temperature=0, stream=True)
+    with serve("--max-ctx", "512", "--keepalive", "0.1") as s:
+        c = s.client()
+        first = c.chat.completions.create(**long)
+        next(iter(first))
+        errors = []
+
+        def over():
+            try:
+                list(c.chat.completions.create(model="any", stream=True,
+                                               messages=[{"role": "user", "content": "word " * 1000}]))
+            except openai.APIError as e:
+                errors.append(e)
+
+        t = threading.Thread(target=over)
+        t.start()
+        _wait(lambda: _busy(s)["waiting"] == 1, what="the request to queue")
+        time.sleep(0.3)                                        # past one interval: the stream is open
+        first.close()
+        t.join(30)
+        assert errors and "context holds 512" in errors[0].message
+        assert c.chat.completions.create(model="any", messages=QUESTION, max_tokens=2).usage.completion_tokens == 2

@@ -3,6 +3,10 @@ definitions never; a compression is rendered the same when the agent resends the
 context prefix is reused. The target is a scripted tool-calling model, the scorer a tiny qwen3."""
 from __future__ import annotations
 
+import json
+import time
+
+import httpx
 import pytest
 
 from server_support import serve
@@ -22,7 +26,7 @@ def server(tmp_path_factory):
     target = write_scripted_gguf(d / "t.gguf", ["Done", " here."], template=QWEN3_TOOLS)
     scorer = write_tiny_gguf(d / "s.gguf", TinyConfig(arch="qwen3", n_vocab=400, head_dim=32))
     with serve("--target", target, "--max-ctx", "8192", "--pflash-scorer", scorer, "--pflash-threshold", "1000",
-               "--pflash-keep-ratio", "0.25") as s:
+               "--pflash-keep-ratio", "0.25", "--keepalive", "0.02") as s:
         yield s
 
 
@@ -60,3 +64,22 @@ def test_long_tool_and_user_contents_are_compressed_and_reused(server):
     pasted = prose(500, 5) + "\n\nWhere is the quarry?"
     r3 = c.chat.completions.create(model="any", messages=[{"role": "user", "content": pasted}])
     assert r3.model_extra["luce"]["pflash"].startswith("compressed ")
+
+
+def test_keepalive_comments_while_pflash_scores(server):
+    """A streamed request whose long message is being scored: keep-alive comments at the interval
+    (--keepalive 0.02 here) until the reply starts, then the reply as usual."""
+    body = {"messages": [{"role": "user", "content": prose(800, 7) + "\n\nWhere is the meadow?"}], "stream": True}
+    t0 = time.monotonic()
+    with httpx.stream("POST", server.url + "/chat/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200
+        lines = [line for line in r.iter_lines() if line]
+    elapsed = time.monotonic() - t0
+    data = [i for i, line in enumerate(lines) if line.startswith("data: ")]
+    before = lines[:data[0]]
+    assert before and set(before) == {": keep-alive"}
+    assert json.loads(lines[data[0]][6:])["choices"][0]["delta"]["role"] == "assistant"
+    final = json.loads(lines[data[-2]][6:])
+    assert final["luce"]["pflash"].startswith("compressed ")        # it was the scorer that took the time
+    assert len(before) >= 2, (len(before), elapsed)
+    assert lines[-1] == "data: [DONE]"

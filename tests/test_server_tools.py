@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import openai
 import pytest
 
 from server_support import serve
@@ -86,6 +87,12 @@ def test_parallel_tool_calls_false_stops_after_the_first(tmp_path_factory):
         assert [t.function.name for t in both] == ["a", "b"] and len({t.id for t in both}) == 2
         one = c.chat.completions.create(model="any", messages=ASK, tools=tools, parallel_tool_calls=False)
         assert [t.function.name for t in one.choices[0].message.tool_calls] == ["a"]
+        # streamed too, also when the second call's text arrived with the first (dropped, not sent)
+        chunks = list(c.chat.completions.create(model="any", messages=ASK, tools=tools, parallel_tool_calls=False,
+                                                stream=True))
+        names = [tc.function.name for ch in chunks if ch.choices for tc in ch.choices[0].delta.tool_calls or ()
+                 if tc.function.name]
+        assert names == ["a"]
 
 
 def test_xml_tool_call_streams_as_json_arguments(tmp_path_factory):
@@ -128,6 +135,10 @@ def test_named_tool_choice_opens_the_call_in_the_prompt(tmp_path_factory):
         (call,) = forced.choices[0].message.tool_calls
         assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
         assert forced.choices[0].finish_reason == "tool_calls"
+        # streamed, the call's id and name (written by the prompt) come first, then the arguments
+        _, calls, finish = _tool_stream(c, tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        assert calls[0].function.name == "get_weather" and calls[0].id.startswith("call_") and finish == ["tool_calls"]
+        assert json.loads("".join(t.function.arguments for t in calls[1:])) == {"city": "Paris"}
         with pytest.raises(Exception) as e:
             c.chat.completions.create(model="any", messages=ASK, tools=TOOLS,
                                       tool_choice={"type": "function", "function": {"name": "nope"}})
@@ -157,3 +168,74 @@ def test_reasoning_effort_and_template_kwargs_reach_the_template(tmp_path_factor
         with pytest.raises(Exception) as e:
             c.chat.completions.create(model="any", messages=ASK, reasoning_effort="extreme")
         assert e.value.status_code == 400 and e.value.body["param"] == "reasoning_effort"
+
+
+# -- tool_choice required / a named function, end to end -----------------------------------------
+JSON_BODY = ['{"name": "get_weather", "arguments": ', '{"city": ', '"Paris", ', '"days": 2', '}}\n', "</tool_call>"]
+
+
+def test_tool_choice_required_forces_the_call(tmp_path_factory):
+    """A model that, left alone, writes the call's JSON without its <tool_call> opening (so: text).
+    tool_choice required opens the call in the prompt; the model's continuation is then a call,
+    streamed as name and argument fragments, finish_reason tool_calls."""
+    with _server(tmp_path_factory, "json-body", JSON_BODY, QWEN3_TOOLS) as s:
+        c = s.client()
+        auto = c.chat.completions.create(model="any", messages=ASK, tools=TOOLS)
+        assert auto.choices[0].message.tool_calls is None and auto.choices[0].message.content == "".join(JSON_BODY)
+        r = c.chat.completions.create(model="any", messages=ASK, tools=TOOLS, tool_choice="required")
+        (call,) = r.choices[0].message.tool_calls
+        assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris", "days": 2}
+        assert r.choices[0].finish_reason == "tool_calls" and not r.choices[0].message.content
+        content, calls, finish = _tool_stream(c, tool_choice="required")
+        assert content == "" and finish == ["tool_calls"]
+        assert calls[0].function.name == "get_weather" and calls[0].id.startswith("call_")
+        fragments = [t.function.arguments for t in calls[1:]]
+        assert len(fragments) >= 3 and json.loads("".join(fragments)) == {"city": "Paris", "days": 2}
+        # cut off by max_tokens inside the call: finish_reason length, not a finished call
+        cut = c.chat.completions.create(model="any", messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=2)
+        assert cut.choices[0].finish_reason == "length"
+
+
+def test_named_json_tool_choice_writes_the_name_in_the_prompt(tmp_path_factory):
+    """Qwen3's JSON form: a named function's call is opened up to its arguments (`"arguments": `);
+    this model writes only the arguments object after that space. tool_choice required does not
+    open it that far, and this model then writes no valid call: a clear error naming tool_choice,
+    never its text passed off as the answer."""
+    args = ['{"city": "Rome"}', "}\n", "</tool_call>"]
+    path = write_scripted_gguf(tmp_path_factory.mktemp("scripted") / "json-args.gguf", args, template=QWEN3_TOOLS,
+                               after=" ")
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    with serve("--target", path, "--max-ctx", "1024") as s:
+        c = s.client()
+        r = c.chat.completions.create(model="any", messages=ASK, tools=TOOLS, tool_choice=named)
+        (call,) = r.choices[0].message.tool_calls
+        assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Rome"}
+        assert r.choices[0].finish_reason == "tool_calls"
+        content, calls, finish = _tool_stream(c, tool_choice=named)
+        assert calls[0].function.name == "get_weather" and finish == ["tool_calls"]
+        assert json.loads("".join(t.function.arguments for t in calls[1:])) == {"city": "Rome"}
+        with pytest.raises(openai.InternalServerError) as e:
+            c.chat.completions.create(model="any", messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=4)
+        assert e.value.body["code"] == "tool_call_missing" and e.value.body["param"] == "tool_choice"
+        with pytest.raises(openai.APIError) as e:            # streamed: an error event instead of the finish
+            _tool_stream(c, tool_choice="required", max_tokens=4)
+        assert "needs a tool call" in e.value.message
+        assert c.chat.completions.create(model="any", messages=ASK, tools=TOOLS, tool_choice=named).choices[0].message.tool_calls
+
+
+def test_tool_choice_required_with_the_xml_format(tmp_path_factory):
+    body = ["<function=get_weather>", "\n<parameter=city>", "\nOslo\n", "</parameter>", "\n</function>", "\n</tool_call>"]
+    with _server(tmp_path_factory, "xml-body", body, QWEN35_TOOLS) as s:
+        c = s.client()
+        assert c.chat.completions.create(model="any", messages=ASK, tools=TOOLS).choices[0].message.tool_calls is None
+        content, calls, finish = _tool_stream(c, tool_choice="required")
+        assert calls[0].function.name == "get_weather" and finish == ["tool_calls"]
+        assert json.loads("".join(t.function.arguments for t in calls[1:])) == {"city": "Oslo"}
+
+
+def test_tool_choice_that_cannot_be_forced_is_a_400(tmp_path_factory):
+    """A chat template without a tool-call format: required cannot be honoured, so it is refused."""
+    with _server(tmp_path_factory, "no-tools", ["Plain", " text."], CHATML) as s:
+        with pytest.raises(openai.BadRequestError) as e:
+            s.client().chat.completions.create(model="any", messages=ASK, tools=TOOLS, tool_choice="required")
+        assert e.value.body["param"] == "tool_choice" and "no tool-call format" in e.value.body["message"]

@@ -91,11 +91,14 @@ def _tokenizer(script: list[str], template: str) -> tuple[list, int, dict[str, i
     return kvs, len(tokens), ids
 
 
-def write_scripted_gguf(path, script: list[str], *, template: str = CHATML) -> str:
-    """A model whose greedy reply to a prompt ending in "\\n" is "".join(script), then end of turn."""
+def write_scripted_gguf(path, script: list[str], *, template: str = CHATML, after: str = "\n") -> str:
+    """A model whose greedy reply to a prompt ending in `after` (one character: its byte token) is
+    "".join(script), then end of turn. After any other token it writes byte token 0 (zero logits)."""
     cfg = TinyConfig(n_embd=64, n_layer=1, n_head=4, n_head_kv=2, head_dim=16, n_ff=64, n_ctx_train=16384)
     tok_kvs, n_vocab, ids = _tokenizer(script, template)
-    chain = [ord("\n")] + [ids[p] for p in script] + [ids["<|im_end|>"]]
+    if len(after.encode("utf-8")) != 1:
+        raise ValueError(f"after must be one ASCII character, got {after!r}")
+    chain = [ord(after)] + [ids[p] for p in script] + [ids["<|im_end|>"]]
     E = cfg.n_embd
     if len(chain) - 1 > E:
         raise ValueError(f"at most {E} script pieces")

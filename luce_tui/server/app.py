@@ -41,7 +41,7 @@ FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"
 class ServerOptions:
     api_key: str | None = None     # required as `Authorization: Bearer KEY` when set
     max_queue: int = 8             # requests waiting behind the running one; more get 429
-    keepalive_s: float = 10.0      # SSE comment interval while a stream has nothing to send
+    keepalive_s: float = 10.0      # SSE comment interval while a stream has nothing to send (queue, scoring, prefill)
     model_id: str | None = None    # default: the GGUF's file name
     system: str | None = None      # system prompt for requests that bring none
     max_tokens: int | None = None  # reply limit for requests that set none (None: the context)
@@ -89,13 +89,18 @@ def create_app(runtime, sampling, options: ServerOptions | None = None) -> Starl
                            code="queue_full", headers={"Retry-After": str(1 + e.waiting)}) from None
         reply = _Reply(req, model_id, prefix)
         gone = asyncio.ensure_future(_disconnected(request))   # one watcher for the whole request
+        gone.add_done_callback(lambda _: job.interrupt())
         try:
-            await _until_started(job, gone, worker)
-            if req.stream:   # from here Starlette watches the connection (and cancels the stream)
-                gone.cancel()
-                return StreamingResponse(_sse(job, reply, worker, opts.keepalive_s), media_type="text/event-stream",
+            if req.stream:
+                # A reply that starts within one keep-alive interval gets its status as usual (400 for a
+                # prompt over the context); one that waits longer (in the queue, PFlash scoring) gets the
+                # stream's headers and keep-alives now, so a gateway does not time out on it.
+                evs = await _until_started(job, gone, worker, asyncio.get_running_loop().time() + opts.keepalive_s)
+                gone.cancel()   # from here Starlette watches the connection (and cancels the stream)
+                return StreamingResponse(_sse(job, reply, worker, opts.keepalive_s, evs),
+                                         media_type="text/event-stream",
                                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-            return JSONResponse(await _collect(job, reply, gone, worker))
+            return JSONResponse(await _collect(job, reply, gone, worker, await _until_started(job, gone, worker)))
         except BaseException:
             worker.cancel(job)
             raise
@@ -184,6 +189,11 @@ def _api_error(e: BaseException) -> APIError:
 
 
 # -- the response side --------------------------------------------------------------------------
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode   # json.dumps(ensure_ascii=False), without a new encoder a call
+_TAIL_JSON = '{}, "finish_reason": null}]}'              # how a chunk's JSON ends after its delta (an empty one here)
+_TAIL = _TAIL_JSON[2:] + "\n\n"
+
+
 class _Reply:
     """A response's identity and its assembled message."""
 
@@ -192,18 +202,32 @@ class _Reply:
         self.id, self.created = "chatcmpl-" + secrets.token_hex(12), int(time.time())
         self.asm: ReplyAssembler | None = None
         self.result = None
+        self._head: str | None = None   # `data: {"id": …, "delta": ` of the plain chunks
 
     def start(self, job: Job) -> None:
         self.job = job
-        self.asm = ReplyAssembler(thinking=job.info.get("thinking", False), tools=self.req.tools, prefix=self.prefix)
+        self.asm = ReplyAssembler(thinking=job.info.get("thinking", False), tools=self.req.tools, prefix=self.prefix,
+                                  max_calls=None if self.req.parallel_tool_calls else 1)
 
     def finish_reason(self) -> str:
-        if self.asm.calls:
+        reason = FINISH.get(self.result.finish_reason, "stop")
+        if self.asm.calls and reason != "length":   # a call cut off by max_tokens is not a finished call
             return "tool_calls"
-        return FINISH.get(self.result.finish_reason, "stop")
+        return reason
+
+    def missing_call(self) -> APIError | None:
+        """tool_choice required / named: the prompt opened the call, but what the model wrote in it
+        is not a call we could parse. An error, not the text as if it were an answer."""
+        if not self.prefix or self.asm.calls:
+            return None
+        text = self.prefix + "".join(self.asm.content)
+        return APIError(500, f"tool_choice {json.dumps(self.req.tool_choice)} needs a tool call, but the model wrote "
+                             f"no valid one (finish: {self.result.finish_reason}): {text[:300]!r}",
+                        param="tool_choice", code="tool_call_missing")
 
     def enough_calls(self) -> bool:
-        """parallel_tool_calls false: the first complete call ends the reply."""
+        """parallel_tool_calls false: the first complete call ends the reply (the assembler drops
+        what follows it, also what already arrived; this stops the engine)."""
         return not self.req.parallel_tool_calls and bool(self.asm.tools) and self.asm.tools.complete_calls >= 1
 
     def usage(self) -> dict:
@@ -223,11 +247,20 @@ class _Reply:
 
     def chunk(self, delta: dict, finish: str | None = None, **extra) -> str:
         spans = delta.pop("_spans", None)
-        body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model_id,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
-        if spans and any(d for _, d in spans):   # provenance for a luce client's highlighting
+        drafted = spans is not None and any(d for _, d in spans)
+        if finish is None and not extra and not drafted:
+            # the chunk of nearly every token: the same bytes as below, with only the delta encoded
+            if self._head is None:
+                self._head = "data: " + _ENCODE(self._body({}, None))[:-len(_TAIL_JSON)]
+            return self._head + _ENCODE(delta) + _TAIL
+        body = self._body(delta, finish, **extra)
+        if drafted:   # provenance for a luce client's highlighting
             body["luce"] = {"spans": spans}
-        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+        return f"data: {_ENCODE(body)}\n\n"
+
+    def _body(self, delta: dict, finish: str | None, **extra) -> dict:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model_id,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
 
     def message(self) -> dict:
         asm = self.asm
@@ -240,31 +273,32 @@ class _Reply:
         return msg
 
 
-async def _next(job: Job, gone: asyncio.Future | None, timeout: float | None = None):
-    """The job's next event; _Gone when `gone` (the disconnect watcher) fires first, TimeoutError
-    after `timeout` seconds without one."""
-    if not job.events.empty():   # the common case mid-stream: no task, no timer
-        return job.events.get_nowait()
-    if gone is None:
-        return await asyncio.wait_for(job.events.get(), timeout)
-    get = asyncio.ensure_future(job.events.get())
-    done, _ = await asyncio.wait({get, gone}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    if get in done:
-        return get.result()
-    get.cancel()
-    if gone in done:
-        raise _Gone()
-    raise asyncio.TimeoutError
-
-
 class _Gone(Exception):
     """The client disconnected."""
 
 
-async def _next_or_cancel(job: Job, gone: asyncio.Future, worker: EngineWorker):
-    """The job's next event; a client that disconnected first cancels the job."""
+async def _take(job: Job, gone: asyncio.Future | None, deadline: float | None = None) -> list:
+    """The job's events that have arrived, waiting for one if none has; [] once the loop's clock
+    passes `deadline`; _Gone when `gone` (the disconnect watcher, which interrupts the wait) fired."""
+    while True:
+        evs = job.take()
+        if evs:
+            return evs
+        if gone is not None and gone.done():
+            raise _Gone()
+        if deadline is None:
+            await job.wait()
+            continue
+        left = deadline - job.loop.time()
+        if left <= 0:
+            return []
+        await job.wait(left)
+
+
+async def _take_or_cancel(job: Job, gone: asyncio.Future, worker: EngineWorker, deadline: float | None = None) -> list:
+    """_take; a client that disconnected first cancels the job."""
     try:
-        return await _next(job, gone)
+        return await _take(job, gone, deadline)
     except _Gone:
         worker.cancel(job)
         raise APIError(400, "the client disconnected", code="cancelled") from None
@@ -277,82 +311,150 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-async def _until_started(job: Job, gone: asyncio.Future, worker: EngineWorker) -> list:
-    """Events up to Started; an Error before it is the response (400 for a prompt over the context...)."""
-    seen = []
+async def _until_started(job: Job, gone: asyncio.Future, worker: EngineWorker,
+                         deadline: float | None = None) -> list | None:
+    """Wait for Started: the events from it on (a batch may hold more), or None at `deadline` (the
+    request still waits in the queue, or PFlash is scoring). An Error before Started is the
+    response (400 for a prompt over the context ...)."""
     while True:
-        ev = await _next_or_cancel(job, gone, worker)
-        if ev is DONE:
-            raise APIError(500, "the request ended without a reply")
-        if isinstance(ev, events.Error):
-            await _drain(job)
-            raise _api_error(ev.error)
-        seen.append(ev)
-        if isinstance(ev, events.Started):
-            return seen
-
-
-async def _drain(job: Job) -> None:
-    while await job.events.get() is not DONE:
-        pass
-
-
-async def _collect(job: Job, reply: _Reply, gone: asyncio.Future, worker: EngineWorker) -> dict:
-    reply.start(job)
-    while True:
-        ev = await _next_or_cancel(job, gone, worker)
-        match ev:
-            case events.Step():
-                reply.asm.feed(ev)
-                if reply.enough_calls():
-                    worker.cancel(job)
-            case events.Finished(result=result):
-                reply.result = result
-                reply.asm.finish()
-            case events.Error(error=error):
-                await _drain(job)
-                raise _api_error(error)
-            case _ if ev is DONE:
-                break
-    return {"id": reply.id, "object": "chat.completion", "created": reply.created, "model": reply.model_id,
-            "choices": [{"index": 0, "message": reply.message(), "finish_reason": reply.finish_reason()}],
-            "usage": reply.usage(), "luce": reply.extension()}
-
-
-async def _sse(job: Job, reply: _Reply, worker: EngineWorker, keepalive_s: float):
-    """The stream: the role first, then deltas as steps arrive, the finish, usage if asked, [DONE].
-    A client that disconnects cancels the generation (Starlette cancels this generator)."""
-    reply.start(job)
-    finished = False
-    try:
-        yield reply.chunk({"role": "assistant", "content": ""})
-        while True:
-            try:
-                ev = await _next(job, None, timeout=keepalive_s)
-            except asyncio.TimeoutError:
-                yield ": keep-alive\n\n"   # an SSE comment: long prefills do not look like a dead server
-                continue
+        evs = await _take_or_cancel(job, gone, worker, deadline)
+        if not evs:
+            return None
+        for i, ev in enumerate(evs):
             if ev is DONE:
-                break
+                raise APIError(500, "the request ended without a reply")
+            if isinstance(ev, events.Error):
+                await _drain(job, evs[i + 1:])
+                raise _api_error(ev.error)
+            if isinstance(ev, events.Started):
+                return evs[i:]
+
+
+async def _drain(job: Job, evs: list) -> None:
+    """Until the job's DONE (after its Error), so the engine thread has let go of the job."""
+    while DONE not in evs:
+        evs = await _take(job, None)
+
+
+async def _collect(job: Job, reply: _Reply, gone: asyncio.Future, worker: EngineWorker, evs: list) -> dict:
+    while True:
+        for i, ev in enumerate(evs):
             match ev:
+                case events.Started():
+                    reply.start(job)
                 case events.Step():
-                    for delta in reply.asm.feed(ev):
-                        yield reply.chunk(delta)
+                    reply.asm.feed(ev)
                     if reply.enough_calls():
                         worker.cancel(job)
                 case events.Finished(result=result):
                     reply.result = result
-                    for delta in reply.asm.finish():
-                        yield reply.chunk(delta)
-                    yield reply.chunk({}, reply.finish_reason(), luce=reply.extension())
-                    if reply.req.include_usage:
-                        body = {"id": reply.id, "object": "chat.completion.chunk", "created": reply.created,
-                                "model": reply.model_id, "choices": [], "usage": reply.usage()}
-                        yield f"data: {json.dumps(body)}\n\n"
-                    finished = True
-                case events.Error(error=error):   # after the stream began: an error event, then the end
-                    yield f"data: {json.dumps(_api_error(error).body())}\n\n"
+                    reply.asm.finish()
+                    if (missing := reply.missing_call()) is not None:
+                        await _drain(job, evs[i + 1:])
+                        raise missing
+                case events.Error(error=error):
+                    await _drain(job, evs[i + 1:])
+                    raise _api_error(error)
+                case _ if ev is DONE:
+                    return {"id": reply.id, "object": "chat.completion", "created": reply.created,
+                            "model": reply.model_id,
+                            "choices": [{"index": 0, "message": reply.message(), "finish_reason": reply.finish_reason()}],
+                            "usage": reply.usage(), "luce": reply.extension()}
+        evs = await _take_or_cancel(job, gone, worker)
+
+
+KEEPALIVE = ": keep-alive\n\n"   # an SSE comment: clients skip it, proxies and gateways see a live stream
+
+
+async def _sse(job: Job, reply: _Reply, worker: EngineWorker, keepalive_s: float, evs: list | None):
+    """The stream: the role first, then deltas as steps arrive, the finish, usage if asked, [DONE].
+    evs: the events from Started on, or None when the reply has not started yet (the request waits
+    in the queue or PFlash is scoring): then a keep-alive goes first and errors before Started
+    come as an error event. A keep-alive follows every `keepalive_s` seconds in which nothing else
+    was sent (a long prefill, a tool call's text held back, a wait in the queue). What has arrived
+    together goes out in one write. A client that disconnects cancels the generation (Starlette
+    cancels this generator)."""
+    loop = job.loop
+    finished = False
+    alarm = _Alarm(loop, keepalive_s, job.interrupt)   # one timer an interval, not one a token
+    try:
+        if evs is None:
+            yield KEEPALIVE
+            evs = []
+        alarm.reset()
+        while True:
+            while not evs and not alarm.due():
+                await job.wait()
+                evs = job.take()
+            parts, done = [], False
+            for ev in evs:
+                if ev is DONE:
+                    done = True
+                    break
+                match ev:
+                    case events.Started():
+                        reply.start(job)
+                        parts.append(reply.chunk({"role": "assistant", "content": ""}))
+                        parts.extend(reply.chunk(delta) for delta in reply.asm.opening)
+                    case events.Step():
+                        for delta in reply.asm.feed(ev):
+                            parts.append(reply.chunk(delta))
+                        if reply.enough_calls():
+                            worker.cancel(job)
+                    case events.Finished(result=result):
+                        reply.result = result
+                        rest = reply.asm.finish()
+                        finished = True
+                        if (missing := reply.missing_call()) is not None:
+                            parts.append(f"data: {json.dumps(missing.body())}\n\n")
+                            continue
+                        for delta in rest:
+                            parts.append(reply.chunk(delta))
+                        parts.append(reply.chunk({}, reply.finish_reason(), luce=reply.extension()))
+                        if reply.req.include_usage:
+                            body = {"id": reply.id, "object": "chat.completion.chunk", "created": reply.created,
+                                    "model": reply.model_id, "choices": [], "usage": reply.usage()}
+                            parts.append(f"data: {json.dumps(body)}\n\n")
+                    case events.Error(error=error):   # after the stream began: an error event, then the end
+                        parts.append(f"data: {json.dumps(_api_error(error).body())}\n\n")
+            evs = []
+            if parts:
+                yield "".join(parts) if len(parts) > 1 else parts[0]
+                alarm.reset()
+            elif alarm.due():   # progress events only, or nothing at all, for an interval
+                yield KEEPALIVE
+                alarm.reset()
+            if done:
+                break
         yield "data: [DONE]\n\n"
     finally:
+        alarm.cancel()
         if not finished:
             worker.cancel(job)
+
+
+class _Alarm:
+    """Calls `wake` once `interval` seconds have passed since the last reset(), and again every
+    interval after that; reset() only notes the time (a timer that fires early sets itself again
+    for the remainder)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, interval: float, wake):
+        self.loop, self.interval, self.wake = loop, interval, wake
+        self.last = loop.time()
+        self.timer = loop.call_at(self.last + interval, self._fire)
+
+    def reset(self) -> None:
+        self.last = self.loop.time()
+
+    def due(self) -> bool:
+        return self.loop.time() - self.last >= self.interval
+
+    def _fire(self) -> None:
+        at, now = self.last + self.interval, self.loop.time()
+        if at <= now:
+            self.wake()
+            at = now + self.interval
+        self.timer = self.loop.call_at(at, self._fire)
+
+    def cancel(self) -> None:
+        self.timer.cancel()

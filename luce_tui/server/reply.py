@@ -15,15 +15,19 @@ class ReplyAssembler:
     thinking: the prompt itself opened a think block. Without it, a reply that does not begin
     with `<think>` is passed through exactly as the model wrote it (leading whitespace included),
     so greedy content through the server equals the in-process reply. prefix: text the prompt
-    already wrote for the reply (a forced tool call's opening), parsed as if generated."""
+    already wrote for the reply (a forced tool call's opening), parsed as if generated. max_calls:
+    the reply ends after that many complete tool calls (parallel_tool_calls false: 1)."""
 
-    def __init__(self, *, thinking: bool = False, tools: list[dict] | None = None, prefix: str = ""):
+    def __init__(self, *, thinking: bool = False, tools: list[dict] | None = None, prefix: str = "",
+                 max_calls: int | None = None):
         self.splitter = ThinkSplitter(thinking) if thinking else None
         self.undecided = "" if not thinking else None   # leading text until we know whether it thinks
-        self.tools = ToolCallParser(tools) if tools else None
+        self.tools = ToolCallParser(tools, max_calls) if tools else None
         self.content, self.reasoning = [], []
+        self.opening: list[dict] = []   # the prefix's deltas (a forced call's id and name), sent first
         if prefix:
-            self._answer(prefix, False, [])
+            self._answer(prefix, False, self.opening)
+            self.opening = _merge(self.opening)
 
     @property
     def calls(self):

@@ -56,15 +56,16 @@ def _held_tail(text: str, tag: str) -> int:
 class ToolCallParser:
     """feed(text) -> deltas, finish() -> the rest; `calls` holds every parsed call."""
 
-    def __init__(self, tools: list[dict] | None = None):
+    def __init__(self, tools: list[dict] | None = None, max_calls: int | None = None):
         self.types = {}   # function name -> {parameter: JSON schema type}
         for t in tools or ():
             fn = t.get("function") or {}
             props = (fn.get("parameters") or {}).get("properties") or {}
             self.types[fn.get("name")] = {k: (v or {}).get("type") for k, v in props.items() if isinstance(v, dict)}
         self.calls: list[ToolCall] = []
+        self.max_calls = max_calls   # after this many complete calls the rest of the reply is dropped
         self.buf = ""           # text not yet decided
-        self.state = "text"     # text | sniff | json_args | json_tail | json_whole | xml
+        self.state = "text"     # text | sniff | json_args | json_tail | json_whole | xml | closed
         self.body = ""          # the raw call so far (for the fallback)
         self.call: ToolCall | None = None
         self._json = _JsonScan()
@@ -73,6 +74,8 @@ class ToolCallParser:
 
     # -- public --------------------------------------------------------------------------------
     def feed(self, text: str) -> list[Delta]:
+        if self.state == "closed":
+            return []
         self.buf += text
         out: list[Delta] = []
         while self._advance(out):
@@ -82,6 +85,8 @@ class ToolCallParser:
     def finish(self) -> list[Delta]:
         """End of the reply: a call still open goes out as content (unless its arguments finished)."""
         out: list[Delta] = []
+        if self.state == "closed":
+            return out
         if self.state == "text":
             if self.buf:
                 out.append(Delta(content=self.buf))
@@ -99,6 +104,8 @@ class ToolCallParser:
     # -- states --------------------------------------------------------------------------------
     def _advance(self, out: list[Delta]) -> bool:
         """One step of the state machine; False when it needs more text."""
+        if self.state == "closed":
+            return False
         if self.state == "text":
             i = self.buf.find(OPEN)
             if i >= 0:
@@ -239,6 +246,8 @@ class ToolCallParser:
 
     def _end(self) -> None:
         self.state, self.call, self.body = "text", None, ""
+        if self.max_calls is not None and len(self.calls) >= self.max_calls:
+            self.state, self.buf = "closed", ""
 
     def _whole(self, out: list[Delta], raw: str) -> None:
         """The fallback: a JSON body in any key order, else the text as content."""

@@ -1,7 +1,9 @@
 """The server's one engine thread: requests run one at a time, first in first out, from a bounded queue.
 
 A request is a Job: its turn runs on the engine thread (Conversation.run_turn) and its events
-cross to the event loop through the job's asyncio queue (call_soon_threadsafe). cancel() stops a
+cross to the event loop through the job's deque; the loop is woken (call_soon_threadsafe) only
+when it is not already due to wake, so events that pile up while it is busy are taken together,
+at one hop for the lot instead of one per token. cancel() stops a
 running job at the engine's next graph boundary, or drops a waiting one. Whatever a job raises
 ends as an Error event; the thread and the conversation carry on with the next request.
 """
@@ -31,12 +33,56 @@ class Job:
 
     def __init__(self, run: Callable[["Job"], object], loop: asyncio.AbstractEventLoop):
         self.run, self.loop = run, loop
-        self.events: asyncio.Queue = asyncio.Queue()
         self.stop = threading.Event()
         self.info: dict = {}   # what run() learned for the response (set before its first event)
+        self._events: collections.deque = collections.deque()
+        self._wake_due = False   # a _wake is scheduled on the loop (set by emit, cleared by _wake)
+        self._waiter: asyncio.Future | None = None
 
     def emit(self, ev) -> None:
-        self.loop.call_soon_threadsafe(self.events.put_nowait, ev)
+        """From the engine thread (or the loop): queue an event for the response."""
+        self._events.append(ev)
+        if not self._wake_due:   # one producer sets it, the loop clears it: at worst one wake too many
+            self._wake_due = True
+            self.loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        self._wake_due = False   # before the consumer drains: an event emitted from here on wakes again
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def interrupt(self) -> None:
+        """Wake a wait() now (on the loop): the client left."""
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def take(self) -> list:
+        """Every event that has arrived (on the loop), oldest first; [] when none."""
+        out = []
+        while self._events:
+            out.append(self._events.popleft())
+        return out
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Until an event has arrived (True) or `timeout` seconds passed without one (False)."""
+        if self._events:
+            return True
+        fut = self._waiter = self.loop.create_future()
+        timer = self.loop.call_later(timeout, _resolve, fut) if timeout is not None else None
+        try:
+            await fut
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+        return bool(self._events)
+
+
+def _resolve(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class EngineWorker:
