@@ -50,6 +50,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--dir", default="/tmp/luce-state-io")
     ap.add_argument("--keep", action="store_true", help="keep the state file (reused when it is there)")
+    ap.add_argument("--staged", action="store_true",
+                    help="CPU: load through the staging ring as into a GPU (debug_staged_state_io)")
     args = ap.parse_args(argv)
 
     d = Path(args.dir)
@@ -70,7 +72,7 @@ def main(argv=None) -> int:
               f"{path.stat().st_size / io['ms'] / 1e6:.2f} GB/s", flush=True)
         del a
     size = path.stat().st_size
-    b = Engine(model, **kw)
+    b = Engine(model, **kw, **({"debug_staged_state_io": True} if args.staged else {}))
     b.load_state(path)   # warms the page cache and the engine
     warm, cold = [], []
     for _ in range(args.rounds):
@@ -83,7 +85,7 @@ def main(argv=None) -> int:
         cold.append(time.perf_counter() - t0)
     assert b.n_past == args.tokens
     w, c = statistics.median(warm), statistics.median(cold)
-    print(f"state {size / 2**30:.2f} GiB on {model.device}: load warm {w:.3f} s ({size / w / 1e9:.2f} GB/s, "
+    print(f"state {size / 2**30:.2f} GiB on {model.device}{' (staged)' if args.staged else ''}: load warm {w:.3f} s ({size / w / 1e9:.2f} GB/s, "
           f"range {min(warm):.3f}-{max(warm):.3f}), cold {c:.3f} s ({size / c / 1e9:.2f} GB/s, "
           f"range {min(cold):.3f}-{max(cold):.3f})")
     if not args.keep:
