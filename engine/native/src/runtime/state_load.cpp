@@ -17,6 +17,7 @@ constexpr size_t kPlainSlot = size_t(8) << 20;
 constexpr size_t kHostChunk = size_t(8) << 20;      // in-place reads
 constexpr size_t kSlotGrain = size_t(1) << 20;
 constexpr long kHostAhead = 2 * PayloadReader::kReaders;   // in-place chunks read ahead of the checksum
+constexpr size_t kPrefetch = PayloadReader::kReaders;      // chunks ahead whose reading is started early
 
 bool in_host_memory(const ggml_tensor * t) { return t->buffer && ggml_backend_buffer_is_host(t->buffer) && t->data; }
 
@@ -162,6 +163,9 @@ uint64_t PayloadReader::run() {
                 if (pr.stop) return;
             }
             try {
+                // Concurrent reads at scattered offsets defeat the kernel's sequential readahead:
+                // ask for the chunk the readers reach next-but-one round, so the disk is busy ahead.
+                if (i + kPrefetch < n) f_.will_need(chunks[i + kPrefetch].at, chunks[i + kPrefetch].n);
                 f_.read_exact(buffer(chunks[i]), chunks[i].n, chunks[i].at);
             } catch (...) {
                 pr.fail(std::current_exception());

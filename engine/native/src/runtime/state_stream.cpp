@@ -88,6 +88,10 @@ void File::read_exact(void * p, size_t n, uint64_t at) const {
     }
 }
 
+void File::will_need(uint64_t at, uint64_t n) const {
+    ::posix_fadvise(fd_, off_t(at), off_t(n), POSIX_FADV_WILLNEED);
+}
+
 void File::write_exact(const void * p, size_t n, uint64_t at) {
     const auto * b = static_cast<const uint8_t *>(p);
     while (n > 0) {

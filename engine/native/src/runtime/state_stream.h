@@ -32,6 +32,7 @@ public:
 
     uint64_t size() const;
     void read_exact(void * p, size_t n, uint64_t at) const;   // short: DAMAGED (truncated)
+    void will_need(uint64_t at, uint64_t n) const;            // starts reading it into the page cache (a hint)
     void write_exact(const void * p, size_t n, uint64_t at);  // errors (ENOSPC, EROFS, ...): STATE_IO
     void sync();
     void truncate_quietly(uint64_t size);   // best effort: drops bytes a failed write left past size
