@@ -65,6 +65,7 @@ class ReadOnly:
             self.base, self.preexec, self.how = shared, become, "nobody"
             self._owner = (nobody.pw_uid, nobody.pw_gid)
             return
+        shared.rmdir()
         self.reason = ("running as root: dropping CAP_DAC_OVERRIDE failed, and user nobody cannot run "
                        f"{sys.executable} or reach the test's files")
 
