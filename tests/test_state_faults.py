@@ -1,7 +1,7 @@
 """Sessions under faults (tests/fault_child.py is the process that gets killed): SIGKILL during a
 streamed reply and during a state write, two processes on one data directory, a foreign SQLite
-file, and 1,000 turns in one process with flat memory. Each fails if data is lost, a process
-crashes, or a half-written state file is ever loaded."""
+file, a read-only states directory, and 1,000 turns in one process with flat memory. Each fails
+if data is lost, a process crashes, or a half-written state file is ever loaded."""
 from __future__ import annotations
 
 import os
@@ -17,6 +17,7 @@ import pytest
 import luce_engine as le
 from luce_engine import StateFileError, state_files
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
+from unprivileged import ReadOnly
 
 CHILD = str(Path(__file__).with_name("fault_child.py"))
 
@@ -141,3 +142,35 @@ def test_a_thousand_turns_keep_memory_flat(tiny, tmp_path):
     assert max(rss) == 999
     warm = rss[200]
     assert max(v for t, v in rss.items() if t >= 200) - warm < 16 * 1024, rss   # < 16 MiB after warm-up
+
+
+def test_a_read_only_data_directory(tmp_path):
+    """The states directory read-only for the app (tests/unprivileged.py: a 0555 directory, with root's
+    override taken away): each save fails with a clear warning, once; the chat goes on and every
+    message is in the database."""
+    ro_run = ReadOnly(tmp_path)
+    if ro_run.reason:
+        pytest.skip(ro_run.reason)
+    base = ro_run.dir()
+    model = write_tiny_gguf(base / "tiny.gguf", TinyConfig(tokenizer_from=le.default_model_path()))
+    data = base / "data"
+    (data / "states").mkdir(parents=True)
+    ro_run.give(data)
+    (data / "states").chmod(0o555)
+    try:
+        out = ro_run.run([sys.executable, CHILD, "chat", str(model), str(data), "3"], timeout=300)
+    finally:
+        (data / "states").chmod(0o755)
+    assert out.returncode == 0, out.stderr[-2000:]
+    warnings = [x for x in out.stdout.splitlines() if x.startswith("warning ")]
+    assert len(warnings) == 1, out.stdout
+    assert "engine state" in warnings[0] and "the chat itself is" in warnings[0]
+    assert "Permission denied" in warnings[0] and "states" in warnings[0]
+    done = [int(x.split()[1]) for x in out.stdout.splitlines() if x.startswith("done ")]
+    assert len(done) == 2 * 3
+    from luce_sessions import SessionStore
+
+    with SessionStore(data) as st:
+        saved = {m.id for s in st.list_sessions(limit=100) for m in st.path(s.id)}
+    assert set(done) <= saved
+    assert os.listdir(data / "states") == []

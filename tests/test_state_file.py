@@ -20,6 +20,7 @@ from luce_engine import (Engine, Model, StateDamagedError, StateIOError, StateMi
 from luce_engine import state_files
 from reference import DEVICE, THREADS, smollm2_path
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
+from unprivileged import ReadOnly
 
 pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
 
@@ -54,7 +55,8 @@ def engine(model, kv="f16", n_ctx=512, **kw):
 
 @pytest.mark.parametrize("arch", list(ARCHS))
 @pytest.mark.parametrize("kv", KV_TYPES)
-def test_round_trip_continues_exactly(models, arch, kv, tmp_path):
+@pytest.mark.parametrize("staged", [False, True], ids=["in-place", "staged"])
+def test_round_trip_continues_exactly(models, arch, kv, staged, tmp_path):
     m = models[arch]
     a = engine(m, kv)
     a.prefill(prompt(300, seed=1))
@@ -67,7 +69,7 @@ def test_round_trip_continues_exactly(models, arch, kv, tmp_path):
     follow = prompt(20, seed=2)
     want = greedy(a, None, 10) + greedy(a, follow, 24)   # the never-closed session
 
-    b = engine(m, kv)
+    b = engine(m, kv, debug_staged_state_io=staged)   # on a CPU: also through the GPU's staging ring
     got_io = b.load_state(path)
     assert got_io["n_tokens"] == len(before) and b.tokens == before
     assert greedy(b, None, 10) + greedy(b, follow, 24) == want
@@ -246,7 +248,8 @@ def test_truncation_anywhere_is_caught_before_the_engine_changes(models, arch, t
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_corruption_anywhere_is_caught(models, arch, tmp_path):
+@pytest.mark.parametrize("staged", [False, True], ids=["in-place", "staged"])
+def test_corruption_anywhere_is_caught(models, arch, staged, tmp_path):
     m = models[arch]
     a = engine(m)
     a.prefill(prompt(150, seed=17))
@@ -260,7 +263,7 @@ def test_corruption_anywhere_is_caught(models, arch, tmp_path):
         f[at] ^= 0x10
         p = tmp_path / "bad.state"
         p.write_bytes(bytes(f))
-        e = engine(m)
+        e = engine(m, debug_staged_state_io=staged)
         e.prefill(prompt(5, seed=18))
         with pytest.raises(StateDamagedError):
             e.load_state(p)
@@ -344,20 +347,43 @@ def test_a_failed_write_keeps_the_old_file_and_the_engine(models, tmp_path):
     assert engine_loaded(m, path).tokens == a.tokens
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory anyway")
-def test_a_read_only_directory(models, tmp_path):
-    m = models["qwen3"]
-    a = engine(m)
-    a.prefill(prompt(16, seed=22))
-    ro = tmp_path / "ro"
+SAVE_INTO = textwrap.dedent("""
+    import sys
+    from luce_engine import Engine, Model, StateIOError
+    m = Model(sys.argv[1], device="cpu", n_threads=1)
+    e = Engine(m, n_ctx=256)
+    e.prefill(list(range(1, 17)))
+    for append in (True, False):
+        try:
+            e.save_state(sys.argv[2], append=append)
+            print("saved?!")
+        except StateIOError as err:
+            print("refused:", err)
+    toks = [t for r in e.generate(None, max_tokens=4, stop_token_ids=()) for t in r.tokens]   # still works
+    print("continued", len(toks), e.n_past)
+""")
+
+
+def test_a_read_only_directory(tmp_path):
+    """The child saving into a 0555 directory is one the mode binds (tests/unprivileged.py: as root,
+    without CAP_DAC_OVERRIDE, or as nobody)."""
+    ro_run = ReadOnly(tmp_path)
+    if ro_run.reason:
+        pytest.skip(ro_run.reason)
+    base = ro_run.dir()
+    model = write_tiny_gguf(base / "t.gguf", TinyConfig(**ARCHS["qwen3"]))
+    ro = base / "ro"
     ro.mkdir()
     ro.chmod(0o555)
     try:
-        with pytest.raises(StateIOError, match="Permission denied|Read-only"):
-            a.save_state(ro / "s.state")
+        out = ro_run.run([sys.executable, "-c", SAVE_INTO, str(model), str(ro / "s.state")], timeout=120)
     finally:
         ro.chmod(0o755)
-    assert greedy(a, None, 4)
+    assert out.returncode == 0, out.stderr[-2000:]
+    refused = [x for x in out.stdout.splitlines() if x.startswith("refused:")]
+    assert len(refused) == 2 and all("s.state" in x and "Permission denied" in x for x in refused), out.stdout
+    assert "continued 4 " in out.stdout
+    assert os.listdir(ro) == []
 
 
 def test_smollm2_next_turn_equals_the_never_closed_session(tmp_path):

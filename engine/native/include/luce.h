@@ -146,6 +146,9 @@ typedef struct luce_engine_params {
                                 // (ggml's nodes and ours) and replayed; default true
     bool    debug_piecewise;    // debugging, CPU only: compute every graph in pieces cut around its matmuls
                                 // (graph_views.h), which must match the scheduler bit for bit; default false
+    bool    debug_staged_state_io; // debugging, CPU only: state-file loads copy through the staging ring
+                                // (ggml_backend_tensor_set) as they do into a GPU, instead of reading into
+                                // the cache in place; default false
 } luce_engine_params;
 
 LUCE_API luce_engine_params luce_engine_default_params(void);

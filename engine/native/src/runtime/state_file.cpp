@@ -1,6 +1,7 @@
 // state_file.cpp — see state_file.h.
 #include "state_file.h"
 #include "state_checksum.h"
+#include "state_load.h"
 #include "state_stream.h"
 
 #include "attention_kv.h"
@@ -462,17 +463,15 @@ void check_payload_shape(Engine & e, const Opened & o, const std::string & path)
 luce_state_io read_payload(Engine & e, Opened & o, const std::string & path) {
     ContextState & kv = e.context_state();
     const Index & ix = o.index;
-    Staging st(e.model().dev);
-    Reader r(o.file, st);
+    PayloadReader r(o.file, e.model().dev, e.params().debug_staged_state_io);
     for (const Segment & s : ix.segments) {
-        r.seek(s.offset);
+        r.part(s.offset, s.checksum, "the K/V rows of tokens " + std::to_string(s.first) + ".. do not match their checksum");
         for (size_t il = 0; il < kv.attn.k.size(); ++il) {
             if (!kv.attn.k[il]) continue;
             for (ggml_tensor * t : {kv.attn.k[il], kv.attn.v[il]}) r.tensor(t, size_t(s.first) * t->nb[1], size_t(s.count) * t->nb[1]);
         }
-        if (r.checksum() != s.checksum) damaged(path, "the K/V rows of tokens " + std::to_string(s.first) + ".. do not match their checksum");
     }
-    r.seek(o.rec.blob_offset);
+    r.part(o.rec.blob_offset, o.rec.blob_checksum, "its recurrent state, logits or capture rows do not match their checksum");
     for (size_t il = 0; il < kv.rec.conv.size(); ++il) {
         for (ggml_tensor * t : {kv.rec.conv[il], kv.rec.ssm[il]}) if (t) r.tensor(t, 0, ggml_nbytes(t));
     }
@@ -494,11 +493,10 @@ luce_state_io read_payload(Engine & e, Opened & o, const std::string & path) {
         ring_pieces(cap.ring, o.rec.n_tokens - keep, keep,
                     [&](uint64_t rr, uint64_t n) { r.tensor(cap.rings[l], size_t(rr) * row, size_t(n) * row); });
     }
-    if (r.checksum() != o.rec.blob_checksum) damaged(path, "its recurrent state, logits or capture rows do not match their checksum");
-    e.adopt_state(ix.tokens, std::move(logits));
     luce_state_io io{};
+    io.bytes = r.run();
+    e.adopt_state(ix.tokens, std::move(logits));
     io.n_tokens = e.n_past();
-    io.bytes = r.bytes_read();
     io.n_captured = int32_t(keep);
     return io;
 }

@@ -18,7 +18,6 @@ namespace luce {
 namespace {
 constexpr size_t kPinnedChunk = size_t(64) << 20;   // GPU: large chunks keep the copies near full speed
 constexpr size_t kPlainChunk = size_t(8) << 20;
-constexpr size_t kHostChunk = size_t(8) << 20;      // in-place reads: checksum while the chunk is in cache
 
 [[noreturn]] void io_fail(const std::string & path, const std::string & what, int err) {
     throw Error(LUCE_ERR_STATE_IO, "state file " + path + ": " + what + ": " + std::strerror(err));
@@ -87,6 +86,10 @@ void File::read_exact(void * p, size_t n, uint64_t at) const {
         n -= size_t(got);
         at += uint64_t(got);
     }
+}
+
+void File::will_need(uint64_t at, uint64_t n) const {
+    ::posix_fadvise(fd_, off_t(at), off_t(n), POSIX_FADV_WILLNEED);
 }
 
 void File::write_exact(const void * p, size_t n, uint64_t at) {
@@ -170,41 +173,6 @@ void Writer::tensor(ggml_tensor * t, size_t offset, size_t n) {
         ggml_backend_tensor_get(t, buf, offset + done, len);
         bytes(buf, len);
         done += len;
-    }
-}
-
-void Reader::bytes(void * p, size_t n) {
-    auto * b = static_cast<uint8_t *>(p);
-    for (size_t done = 0; done < n;) {
-        const size_t len = std::min(kHostChunk, n - done);
-        f_.read_exact(b + done, len, pos_);
-        ck_.update(b + done, len);
-        pos_ += len;
-        total_ += len;
-        done += len;
-    }
-}
-
-void Reader::tensor(ggml_tensor * t, size_t offset, size_t n) {
-    if (in_host_memory(t)) {
-        bytes(static_cast<uint8_t *>(t->data) + offset, n);
-        return;
-    }
-    uint8_t * buf = st_.data();
-    for (size_t done = 0; done < n;) {
-        const size_t len = std::min(st_.size(), n - done);
-        bytes(buf, len);
-        ggml_backend_tensor_set(t, buf, offset + done, len);
-        done += len;
-    }
-}
-
-void Reader::skip(uint64_t n) {
-    uint8_t * buf = st_.data();
-    while (n > 0) {
-        const size_t len = size_t(std::min<uint64_t>(st_.size(), n));
-        bytes(buf, len);
-        n -= len;
     }
 }
 

@@ -1,8 +1,8 @@
 // state_stream.h — the file side of state files (state_file.h): a file descriptor with exact reads
-// and writes whose errors name the file, the writer's lock, and streams that move tensor bytes
-// between a file and the device in chunks through one staging buffer (pinned host memory when the
-// device offers it), checksumming as they go. Host-memory tensors (the CPU backend) are read and
-// written in place, without staging.
+// and writes whose errors name the file, the writer's lock, and the stream that writes tensor bytes
+// from the device to a file in chunks through one staging buffer (pinned host memory when the
+// device offers it), checksumming as it goes. Host-memory tensors (the CPU backend) are written in
+// place, without staging. Reading is state_load.h's pipeline.
 #pragma once
 
 #include "state_checksum.h"
@@ -32,6 +32,7 @@ public:
 
     uint64_t size() const;
     void read_exact(void * p, size_t n, uint64_t at) const;   // short: DAMAGED (truncated)
+    void will_need(uint64_t at, uint64_t n) const;            // starts reading it into the page cache (a hint)
     void write_exact(const void * p, size_t n, uint64_t at);  // errors (ENOSPC, EROFS, ...): STATE_IO
     void sync();
     void truncate_quietly(uint64_t size);   // best effort: drops bytes a failed write left past size
@@ -56,7 +57,7 @@ private:
     int fd_ = -1;
 };
 
-// One chunk buffer for the device copies, allocated on first use.
+// One chunk buffer for the device copies of a save, allocated on first use.
 class Staging {
 public:
     explicit Staging(ggml_backend_dev_t dev) : dev_(dev) {}
@@ -87,23 +88,6 @@ private:
     File & f_;
     uint64_t pos_;
     Staging & st_;
-    Checksum64 ck_;
-};
-
-class Reader {
-public:
-    Reader(const File & f, Staging & st) : f_(f), st_(st) {}
-    void seek(uint64_t at) { pos_ = at; ck_.reset(); }   // a new checksummed part starts here
-    uint64_t checksum() const { return ck_.digest(); }
-    uint64_t bytes_read() const { return total_; }
-    void bytes(void * p, size_t n);
-    void tensor(ggml_tensor * t, size_t offset, size_t n);   // into bytes [offset, offset + n) of t
-    void skip(uint64_t n);                                   // read (for the checksum) and drop
-
-private:
-    const File & f_;
-    Staging & st_;
-    uint64_t pos_ = 0, total_ = 0;
     Checksum64 ck_;
 };
 
