@@ -103,7 +103,7 @@ class SeqBank:
         self.flat = torch.tensor(np.concatenate([s["tokens"] for s in seqs]), dtype=torch.long, device=dev)
         r = np.array([anchor_range(s) for s in seqs], dtype=np.int64).reshape(-1, 2)
         self.lo, self.hi = r[:, 0], r[:, 1]
-        self.dev = dev
+        self.dev = torch.device(dev)
 
 
 def make_batch(bank: SeqBank, rows, n_anchor: int, B: int, rng: np.random.Generator):
@@ -120,9 +120,11 @@ def make_batch(bank: SeqBank, rows, n_anchor: int, B: int, rng: np.random.Genera
     pick = np.argsort(keys, axis=1, kind="stable")[:, :n_anchor]       # distinct, uniform
     rep = (rng.random((n, n_anchor)) * cnt[:, None]).astype(np.int64)  # short ranges: with replacement
     pick = np.where((cnt < n_anchor)[:, None], rep, pick)
-    anchors = torch.from_numpy(lo[:, None] + pick).to(dev)
-    off = torch.from_numpy(bank.offset[rows]).to(dev)
-    last = torch.from_numpy(lens - 1).to(dev)
+    # one host-to-device copy, from pinned memory: a pageable copy would wait for the previous step
+    host = torch.from_numpy(np.concatenate([(lo[:, None] + pick).ravel(), bank.offset[rows], lens - 1]))
+    if dev.type == "cuda":
+        host = host.pin_memory().to(dev, non_blocking=True)
+    anchors, off, last = host[:n * n_anchor].view(n, n_anchor), host[n * n_anchor:-n], host[-n:]
     T = int(lens.max())
     ar = torch.arange(T, device=dev)
     pos_idx = off[:, None] + torch.minimum(ar[None, :], last[:, None])
