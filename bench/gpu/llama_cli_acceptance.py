@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +25,9 @@ from tools.dflash_train.corpus import CATEGORIES, heldout_prompts  # noqa: E402
 ACC_RE = re.compile(r"draft acceptance = ([0-9.]+) \(\s*(\d+) accepted /\s*(\d+) generated\), mean len =\s*([0-9.]+)")
 
 
-def run_one(cli: str, target: str, draft: str, text: str, n: int, k: int) -> tuple[int, int] | None:
+def run_one(cli: str, target: str, draft: str, text: str, n: int, k: int, extra=()) -> tuple[int, int] | None:
     cmd = [cli, "-m", target, "-md", draft, "-ngl", "99", "-ngld", "99", "-fa", "on", "--spec-type", "draft-dflash",
-           "--spec-draft-n-max", str(k), "-n", str(n), "-st", "-p", text, "--temp", "0", "-lv", "3"]
+           "--spec-draft-n-max", str(k), "-n", str(n), "-st", "-p", text, "--temp", "0", "-lv", "3", *extra]
     r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
     m = ACC_RE.findall(r.stdout + r.stderr)
     if not m:
@@ -45,15 +46,17 @@ def main() -> int:
     ap.add_argument("--per-category", type=int, default=0)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--draft-max", type=int, default=15)
+    ap.add_argument("--extra", default="", help="more llama-cli flags, later ones win (e.g. '-fa off')")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
+    extra = shlex.split(a.extra)
     prompts = heldout_prompts()
     if a.per_category:
         prompts = [p for c in CATEGORIES for p in [q for q in prompts if q.category == c][:a.per_category]]
     per_cat = {c: [0, 0] for c in CATEGORIES}
     failed = 0
     for p in prompts:
-        r = run_one(a.llama_cli, a.target, a.draft, p.text, a.tokens, a.draft_max)
+        r = run_one(a.llama_cli, a.target, a.draft, p.text, a.tokens, a.draft_max, extra)
         if r is None:
             failed += 1
             continue
@@ -61,9 +64,10 @@ def main() -> int:
         per_cat[p.category][1] += r[1]
     acc = sum(v[0] for v in per_cat.values())
     gen = sum(v[1] for v in per_cat.values())
-    theirs = {"acceptance_rate": acc / gen if gen else None, "failed_prompts": failed,
+    theirs = {"acceptance_rate": acc / gen if gen else None, "failed_prompts": failed, "extra": a.extra,
+              "n_prompts": len(prompts), "tokens": a.tokens,
               "by_category": {c: (v[0] / v[1] if v[1] else None) for c, v in per_cat.items()}}
-    print(f"llama.cpp draft-dflash on {len(prompts) - failed} held-out prompts: acceptance "
+    print(f"llama.cpp draft-dflash{' ' + a.extra if a.extra else ''} on {len(prompts) - failed} held-out prompts: acceptance "
           f"{theirs['acceptance_rate']:.4f} ({acc} / {gen} drafted)" if gen else "llama.cpp: no acceptance measured")
     for c in CATEGORIES:
         v = theirs["by_category"][c]

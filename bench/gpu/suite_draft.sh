@@ -21,4 +21,4 @@ cp "$DRAFT_RUN/train.txt" "$RES/draft_train.txt"
 cp "$DRAFT_RUN"/out/train_summary.json "$RES/draft_train_summary.json" 2>/dev/null
 [ "$(cat "$DRAFT_RUN/rc")" = 0 ] || { summary "draft: training FAILED (draft_train.txt)"; exit 1; }
 cp "$DRAFT_RUN"/out/*.gguf engine/drafts/ && cp "$DRAFT_RUN"/out/*.gguf "$RES/"
-summary "draft: $(grep -o 'held-out AL[^(]*' "$RES/draft_train.txt" | tail -1 | cut -c1-200); $(grep -o 'steps_done[^,]*' "$RES/draft_train.txt" | tail -1)"
+summary "draft: $(grep -o 'held-out AL[^(]*' "$RES/draft_train.txt" | tail -1 | cut -c1-200); $(grep -o 'steps_done[^,]*' "$RES/draft_train.txt" | tail -1); $(grep -o '[0-9]* ms/step' "$RES/draft_train.txt" | head -1); last $(grep -o 'held-out loss.*' "$RES/draft_train.txt" | tail -1)"

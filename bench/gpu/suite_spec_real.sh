@@ -14,7 +14,10 @@
 #    category, acceptance by position, plain vs speculative tok/s (the issue's bar: >= 1.3x at T = 0),
 #    draft and verify ms per step;
 # 2. greedy exactness with the real draft on CUDA (tests/test_shipped_draft.py, 20 prompts x 128);
-# 3. llama.cpp's llama-cli --spec-type draft-dflash on the same prompts: its acceptance vs ours.
+# 3. llama.cpp's llama-cli --spec-type draft-dflash on the same prompts: its acceptance vs ours;
+# 4. llama-cli again on 6 prompts with one flag changed at a time (draft sampling on the host, flash
+#    attention off, F32 draft KV cache, draft on the CPU, everything on the CPU): which CUDA piece
+#    makes its acceptance lower than ours (about 4 minutes).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT=${RES:-${OUT:-/tmp/suite_spec_real}}   # under run.sh: its $RES
@@ -36,6 +39,15 @@ LUCE_TEST_DEVICE=cuda:0 python3 -m pytest -q -s tests/test_shipped_draft.py \
 if [ -x "$BIN/llama-cli" ]; then
     python3 bench/gpu/llama_cli_acceptance.py --llama-cli "$BIN/llama-cli" --target "$SMOLLM2" --draft "$DRAFT" \
         --ours "$OUT/spec_real_cuda.json" --per-category "${PER_CATEGORY:-0}" --json "$OUT/llama_cli_acceptance.json" 2>&1 | tee "$OUT/llama_cli_acceptance.txt" || status=1
+    # 4. where llama.cpp's CUDA acceptance parts from ours: on the CPU (2026-12-03, 3 held-out prompts x 128)
+    # llama-cli accepted 195 / 2616 drafts against our 7.6% (ratio 0.98), and llama.cpp's own graph and
+    # features replay to our AL (bench/llama_cpp_dflash_replay.py); on the H200 it accepted 2.6% against
+    # 8.6%. One flag at a time on 6 prompts x 128 tokens, then the same run on the device's CPU.
+    : > "$OUT/llama_cli_bisect.txt"
+    for extra in "" "--no-spec-draft-backend-sampling" "-fa off" "-ctkd f32 -ctvd f32" "-ngld 0" "-ngl 0 -ngld 0 -t 16"; do
+        python3 bench/gpu/llama_cli_acceptance.py --llama-cli "$BIN/llama-cli" --target "$SMOLLM2" --draft "$DRAFT" \
+            --per-category 2 --tokens 128 --extra "$extra" 2>&1 | grep "^llama.cpp" | tee -a "$OUT/llama_cli_bisect.txt"
+    done
 else
     echo "suite_spec_real: no $BIN/llama-cli, skipping llama.cpp's acceptance" | tee "$OUT/llama_cli_acceptance.txt"
 fi
@@ -44,5 +56,6 @@ if type summary > /dev/null 2>&1; then   # under run.sh
     summary "spec_real: $(tail -8 "$OUT/spec_real_cuda.txt" | tr -s ' ' | tr '\n' '|')"
     summary "spec_real tests: $(tail -1 "$OUT/shipped_draft_tests_cuda.txt")"
     summary "spec_real llama-cli: $(tail -4 "$OUT/llama_cli_acceptance.txt" | tr -s ' ' | tr '\n' '|')"
+    summary "spec_real llama-cli bisect: $(cut -c1-140 "$OUT/llama_cli_bisect.txt" 2>/dev/null | tr '\n' '|')"
 fi
 exit $status

@@ -10,14 +10,17 @@
    contexts that sampling produces. Only greedily decoded tokens are ever labels: a block's label
    k is the target's argmax after the block's true prefix, which is what the verifier accepts at T = 0;
 3. training: blocks of --block-size at --anchors random anchor positions per sequence, context =
-   the captured target features of every earlier position, cross-entropy on block rows 1..B-1 with
-   weights exp(-(k-1)/7) (DFlash's position decay); the target's embedding and LM head frozen;
+   the captured target features of every earlier position (computed once, kept on the device with
+   the target's top-k next-token logits), loss on block rows 1..B-1 with weights exp(-(k-1)/7)
+   (DFlash's position decay): cross-entropy on the greedy label mixed with cross-entropy on the
+   target's own distribution (--soft-weight); the target's embedding and LM head frozen; batches
+   built on the device and no host sync per step, so the step is the draft's GPU time;
 4. a held-out evaluation (chain acceptance on the greedy held-out continuations, T = 0), and the
    GGUF export (tools/dflash_train/export.py), with train_summary.json and train_log.txt.
 
 Deterministic from --seed (up to the GPU's own kernel nondeterminism); the steps are fixed, and
---time-cap shortens the run to the steps that fit (measured over the first 20; the log and the
-summary give the --steps that reproduce it).
+--time-cap shortens the run to the steps that fit (measured over steps 20..60; the cosine schedule
+is then sized to that count, and the log and the summary give the --steps that reproduce it).
 """
 from __future__ import annotations
 
@@ -89,39 +92,67 @@ def anchor_range(s: dict) -> tuple[int, int]:
     return max(s["prompt_len"], s["greedy_start"] - 1), len(s["tokens"]) - 2
 
 
-def make_batch(seqs: list[dict], n_anchor: int, B: int, rng: np.random.Generator, dev):
-    T = max(len(s["tokens"]) for s in seqs)
-    n = len(seqs)
-    toks = torch.full((n, T), 2, dtype=torch.long)
-    anchors = torch.zeros((n, n_anchor), dtype=torch.long)
-    labels = torch.zeros((n, n_anchor, B - 1), dtype=torch.long)
-    weight = torch.zeros((n, n_anchor, B - 1))
-    decay = torch.exp(-torch.arange(B - 1, dtype=torch.float32) / GAMMA)
-    for r, s in enumerate(seqs):
-        t = s["tokens"]
-        toks[r, :len(t)] = torch.tensor(t)
-        lo, hi = anchor_range(s)
-        cand = np.arange(lo, hi + 1)
-        pick = rng.choice(cand, size=n_anchor, replace=len(cand) < n_anchor)
-        for j, a in enumerate(pick):
-            anchors[r, j] = int(a)
-            m = min(B - 1, len(t) - 1 - int(a))
-            labels[r, j, :m] = torch.tensor(t[int(a) + 1:int(a) + 1 + m])
-            weight[r, j, :m] = decay[:m]
-    return toks.to(dev), anchors.to(dev), labels.to(dev), weight.to(dev)
+class SeqBank:
+    """Every training sequence's tokens in one flat device tensor (offset[i]..offset[i+1]), with the
+    anchor range of each: a batch is then a few index ops on the device, not Python loops over
+    1,024 blocks (those took ~100 ms a step on the host, more than the draft's own step)."""
+
+    def __init__(self, seqs: list[dict], dev):
+        self.lens = np.array([len(s["tokens"]) for s in seqs], dtype=np.int64)
+        self.offset = np.concatenate([[0], np.cumsum(self.lens)]).astype(np.int64)
+        self.flat = torch.tensor(np.concatenate([s["tokens"] for s in seqs]), dtype=torch.long, device=dev)
+        r = np.array([anchor_range(s) for s in seqs], dtype=np.int64).reshape(-1, 2)
+        self.lo, self.hi = r[:, 0], r[:, 1]
+        self.dev = torch.device(dev)
+
+
+def make_batch(bank: SeqBank, rows, n_anchor: int, B: int, rng: np.random.Generator):
+    """Sequences `rows` padded to their longest (pad id 2), n_anchor anchors each drawn uniformly from
+    its anchor range (distinct where the range has that many), labels a+1..a+B-1 and their weights
+    exp(-(k-1)/GAMMA) (0 past the sequence end). Returns (toks [n, T], anchors [n, NA], labels,
+    weight [n, NA, B-1], flat index [n, NA, B-1] of each label, pos_idx [n, T] flat index of each position)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    n, dev = len(rows), bank.dev
+    lens, lo = bank.lens[rows], bank.lo[rows]
+    cnt = bank.hi[rows] - lo + 1                                        # >= 1 (train_s filter)
+    keys = rng.random((n, max(int(cnt.max()), n_anchor)))
+    keys[np.arange(keys.shape[1])[None, :] >= cnt[:, None]] = np.inf
+    pick = np.argsort(keys, axis=1, kind="stable")[:, :n_anchor]       # distinct, uniform
+    rep = (rng.random((n, n_anchor)) * cnt[:, None]).astype(np.int64)  # short ranges: with replacement
+    pick = np.where((cnt < n_anchor)[:, None], rep, pick)
+    # one host-to-device copy, from pinned memory: a pageable copy would wait for the previous step
+    host = torch.from_numpy(np.concatenate([(lo[:, None] + pick).ravel(), bank.offset[rows], lens - 1]))
+    if dev.type == "cuda":
+        host = host.pin_memory().to(dev, non_blocking=True)
+    anchors, off, last = host[:n * n_anchor].view(n, n_anchor), host[n * n_anchor:-n], host[-n:]
+    T = int(lens.max())
+    ar = torch.arange(T, device=dev)
+    pos_idx = off[:, None] + torch.minimum(ar[None, :], last[:, None])
+    toks = torch.where(ar[None, :] <= last[:, None], bank.flat[pos_idx], torch.full_like(pos_idx, 2))
+    lab_pos = anchors[:, :, None] + torch.arange(1, B, device=dev)      # [n, NA, B-1]
+    valid = lab_pos <= last[:, None, None]
+    lab_idx = off[:, None, None] + torch.minimum(lab_pos, last[:, None, None])
+    decay = torch.exp(-torch.arange(B - 1, dtype=torch.float32, device=dev) / GAMMA)
+    weight = decay * valid
+    return toks, anchors, bank.flat[lab_idx], weight, lab_idx, pos_idx
 
 
 class FeatureCache:
-    """The target's captured features of every training sequence, computed once and kept on the
+    """The target's captured features of every sequence of a SeqBank, computed once and kept on the
     device in bf16 (the draft reads them in bf16 anyway): a step then runs the draft alone instead
-    of a 30-layer target forward (721 ms a step without it on the H200, almost all target)."""
+    of a 30-layer target forward (721 ms a step without it on the H200, almost all target). With
+    soft_k > 0 it also keeps the target's soft_k largest next-token logits and their ids at every
+    position (the distillation targets of block_loss)."""
 
-    def __init__(self, tgt: Target, seqs: list[dict], capture, *, chunk_tokens: int = 65536, log=None):
+    def __init__(self, tgt: Target, bank: SeqBank, seqs: list[dict], capture, *, soft_k: int = 0,
+                 chunk_tokens: int = 32768, log=None):
         dev = tgt.token_embd.device
-        lens = [len(s["tokens"]) for s in seqs]
-        self.offset = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        lens = bank.lens
+        N = int(bank.offset[-1])
         width = len(capture) * tgt.cfg.n_embd
-        self.flat = torch.empty((int(self.offset[-1]), width), dtype=torch.bfloat16, device=dev)
+        self.flat = torch.empty((N, width), dtype=torch.bfloat16, device=dev)
+        self.topv = torch.empty((N, soft_k), dtype=torch.bfloat16, device=dev) if soft_k else None
+        self.topi = torch.empty((N, soft_k), dtype=torch.long, device=dev) if soft_k else None
         order = sorted(range(len(seqs)), key=lambda i: lens[i])
         t0, b = time.time(), 0
         while b < len(order):   # sequences of similar length together, about chunk_tokens per forward
@@ -129,41 +160,52 @@ class FeatureCache:
             while e < len(order) and (e - b + 1) * lens[order[e]] <= chunk_tokens:
                 e += 1
             idx = order[b:e]
-            T = max(lens[i] for i in idx)
+            T = int(max(lens[i] for i in idx))
             toks = torch.full((len(idx), T), 2, dtype=torch.long)
             for r, i in enumerate(idx):
                 toks[r, :lens[i]] = torch.tensor(seqs[i]["tokens"])
-            with torch.no_grad():
-                _, f = tgt(toks.to(dev), capture=capture, logits=False)   # right padding: causal, harmless
+            with torch.no_grad():   # right padding: causal, harmless
+                logits, f = tgt(toks.to(dev), capture=capture, logits=bool(soft_k))
+                top = logits.topk(soft_k, dim=-1) if soft_k else None
             for r, i in enumerate(idx):
-                self.flat[self.offset[i]:self.offset[i + 1]] = f[r, :lens[i]].to(torch.bfloat16)
+                a, z = int(bank.offset[i]), int(bank.offset[i + 1])
+                self.flat[a:z] = f[r, :lens[i]].to(torch.bfloat16)
+                if soft_k:
+                    self.topv[a:z] = top.values[r, :lens[i]].to(torch.bfloat16)
+                    self.topi[a:z] = top.indices[r, :lens[i]]
+            del logits, f, top
             b = e
         if log:
-            log(f"feature cache: {self.offset[-1]} positions x {width} in {time.time() - t0:.1f}s "
-                f"({self.flat.numel() * 2 / 2**30:.1f} GiB on {dev})")
-
-    def batch(self, rows: list[int], T: int) -> torch.Tensor:
-        out = torch.zeros((len(rows), T, self.flat.shape[1]), dtype=self.flat.dtype, device=self.flat.device)
-        for r, i in enumerate(rows):
-            n = int(self.offset[i + 1] - self.offset[i])
-            out[r, :n] = self.flat[self.offset[i]:self.offset[i + 1]]
-        return out
+            log(f"feature cache: {N} positions x {width} (+ top-{soft_k} target logits) in {time.time() - t0:.1f}s "
+                f"({(self.flat.numel() * 2 + (self.topv.numel() * 10 if soft_k else 0)) / 2**30:.1f} GiB on {dev})")
 
 
-def block_loss(draft: DFlashDraft, tgt: Target, toks, anchors, labels, weight, feats=None):
-    if feats is None:
-        with torch.no_grad():
-            _, feats = tgt(toks, capture=draft.cfg.capture, logits=False)
-    elif toks.device.type != "cuda":
+def block_loss(draft: DFlashDraft, tgt: Target, fcache: FeatureCache, batch, soft_weight: float):
+    """Weighted loss over block rows 1..B-1: (1 - soft_weight) x cross-entropy on the greedy label +
+    soft_weight x cross-entropy on the target's own next-token distribution (its top-k logits,
+    renormalised), the distillation term of EAGLE/Medusa-style drafts. Returns (loss, top-1 accuracy)
+    as device tensors (no host sync: the step stays asynchronous)."""
+    toks, anchors, labels, weight, lab_idx, pos_idx = batch
+    feats = fcache.flat[pos_idx]
+    cuda = toks.device.type == "cuda"
+    if not cuda:
         feats = feats.float()   # no autocast off CUDA: the draft's weights are f32
-    with torch.autocast(device_type=toks.device.type, dtype=torch.bfloat16, enabled=toks.device.type == "cuda"):
+    with torch.autocast(device_type=toks.device.type, dtype=torch.bfloat16, enabled=cuda):
         hid = draft(tgt.token_embd, feats, toks, anchors)[:, :, 1:]         # [n, NA, B-1, E]
-        sel = weight > 0
-        logits = hid[sel] @ tgt.output.T.to(hid.dtype)
-    ce = F.cross_entropy(logits.float(), labels[sel], reduction="none")
-    w = weight[sel]
-    acc = (logits.argmax(-1) == labels[sel]).float()
-    return (ce * w).sum() / w.sum(), acc[:].mean()
+        logits = hid.reshape(-1, hid.shape[-1]) @ tgt.output.T.to(hid.dtype)
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    lab, w = labels.reshape(-1), weight.reshape(-1)
+    per = -logp.gather(1, lab[:, None]).squeeze(1)
+    if soft_weight > 0 and fcache.topv is not None:
+        pidx = lab_idx.reshape(-1) - 1                                        # the target's prediction of the label
+        q = torch.softmax(fcache.topv[pidx].float(), dim=-1)
+        soft = -(q * logp.gather(1, fcache.topi[pidx])).sum(-1)
+        per = (1 - soft_weight) * per + soft_weight * soft
+    loss = (per * w).sum() / w.sum()
+    with torch.no_grad():
+        live = (w > 0).float()
+        acc = ((logits.argmax(-1) == lab).float() * live).sum() / live.sum()
+    return loss, acc
 
 
 @torch.no_grad()
@@ -225,8 +267,11 @@ def main(argv=None) -> int:
     ap.add_argument("--time-cap", type=float, default=1e9, help="seconds of training: fewer steps if they would not fit (lease guard)")
     ap.add_argument("--continuations", default=None,
                     help="continuations.jsonl.gz of an earlier run (same corpus and seed): skip generating them")
-    ap.add_argument("--feature-cache", choices=("on", "off"), default=None,
-                    help="compute the target's features once and keep them on the device (default: on for cuda)")
+    ap.add_argument("--soft-k", type=int, default=32,
+                    help="the target's top-k next-token logits kept per position as distillation targets (0: off)")
+    ap.add_argument("--soft-weight", type=float, default=0.5,
+                    help="share of the distillation term in the loss (the rest: cross-entropy on the greedy label)")
+    ap.add_argument("--eval-every", type=int, default=1000, help="steps between held-out loss probes (0: none)")
     ap.add_argument("--init", default=None, help="start from this draft GGUF (same shape) instead of random weights")
     ap.add_argument("--limit-prompts", type=int, default=0, help="dry run: use only this many training prompts")
     ap.add_argument("--limit-heldout", type=int, default=0, help="dry run: held-out prompts per category")
@@ -291,38 +336,56 @@ def main(argv=None) -> int:
             log(f"draft initialised from {a.init}")
     n_params = sum(p.numel() for p in draft.parameters())
     log(f"draft: {cfg}, {n_params / 1e6:.2f} M parameters")
-    fcache = None
-    if (a.feature_cache or ("on" if dev.type == "cuda" else "off")) == "on":
-        fcache = FeatureCache(tgt, train_s, cfg.capture, log=log)
+    bank = SeqBank(train_s, dev)
+    fcache = FeatureCache(tgt, bank, train_s, cfg.capture, soft_k=a.soft_k, log=log)
+    probe = None
+    if a.eval_every and held_s:   # a fixed held-out batch: its loss next to the training loss shows over-fitting
+        hbank = SeqBank([s for s in held_s if anchor_range(s)[1] >= anchor_range(s)[0]], dev)
+        hseqs = [s for s in held_s if anchor_range(s)[1] >= anchor_range(s)[0]]
+        hcache = FeatureCache(tgt, hbank, hseqs, cfg.capture, soft_k=a.soft_k)
+        prng = np.random.default_rng(a.seed + 3)
+        probe = [(hcache, make_batch(hbank, list(range(i, min(i + a.batch, len(hseqs)))), a.anchors, cfg.block_size, prng))
+                 for i in range(0, len(hseqs), a.batch)]
     opt = torch.optim.AdamW(draft.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    total = [a.steps]   # the schedule's length; --time-cap may shorten it once, after 20 timed steps
+    total = [a.steps]   # the schedule's length; --time-cap may shorten it once, after 60 timed steps
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total[0])))))
     brng = np.random.default_rng(a.seed + 2)
+    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     order: list[int] = []
     t0 = time.time()
-    losses = []
+    losses: list[torch.Tensor] = []
+    probes: list[tuple] = []   # (step, held-out loss, held-out top-1)
     step = 0
     while step < total[0]:
         if len(order) < a.batch:
             order += brng.permutation(len(train_s)).tolist()
         rows = order[:a.batch]
-        batch = [train_s[i] for i in rows]
         del order[:a.batch]
-        toks, anchors, labels, weight = make_batch(batch, a.anchors, cfg.block_size, brng, dev)
-        feats = fcache.batch(rows, toks.shape[1]) if fcache is not None else None
-        loss, acc = block_loss(draft, tgt, toks, anchors, labels, weight, feats)
+        loss, acc = block_loss(draft, tgt, fcache, make_batch(bank, rows, a.anchors, cfg.block_size, brng),
+                               a.soft_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
         opt.step()
         sched.step()
-        losses.append(float(loss.detach()))
-        if step % 50 == 0 or step == total[0] - 1:
-            log(f"step {step:5d} loss {np.mean(losses[-50:]):.4f} top1 {float(acc):.3f} lr {sched.get_last_lr()[0]:.2e}")
+        losses.append(loss.detach())
+        if step % 50 == 0 or step == total[0] - 1:   # the only host syncs of the loop
+            log(f"step {step:5d} loss {float(torch.stack(losses[-50:]).mean()):.4f} top1 {float(acc):.3f} "
+                f"lr {sched.get_last_lr()[0]:.2e}")
+        if probe is not None and step > 0 and (step % a.eval_every == 0 or step == total[0] - 1):
+            draft.eval()
+            with torch.no_grad():
+                hl = [block_loss(draft, tgt, c, b, a.soft_weight) for c, b in probe]
+            draft.train()
+            probes.append((step, round(float(torch.stack([x[0] for x in hl]).mean()), 4),
+                           round(float(torch.stack([x[1] for x in hl]).mean()), 4)))
+            log(f"step {step:5d} held-out loss {probes[-1][1]:.4f} top1 {probes[-1][2]:.3f}")
         if step == 20:
+            sync()
             t20 = time.time()   # the first steps include the kernels' warm-up
         if step == 60:
+            sync()
             per_step = (time.time() - t20) / 40
             fit = 60 + int((a.time_cap - (time.time() - t0)) / per_step)
             if fit < total[0]:
@@ -330,6 +393,8 @@ def main(argv=None) -> int:
                 log(f"{per_step * 1e3:.0f} ms/step: --time-cap {a.time_cap:.0f}s fits {total[0]} steps; "
                     f"reproduce with --steps {total[0]}")
         step += 1
+    sync()
+    losses = [float(x) for x in torch.stack(losses).cpu()]
     stopped_at = total[0]
     train_s_time = time.time() - t0
     draft.eval()
@@ -346,7 +411,7 @@ def main(argv=None) -> int:
     summary = {"seed": a.seed, "steps": a.steps, "steps_done": stopped_at, "train_seconds": round(train_s_time, 1),
                "train_sequences": len(train_s), "heldout_sequences": len(held_s),
                "loss_first50": float(np.mean(losses[:50])), "loss_last50": float(np.mean(losses[-50:])),
-               "heldout_al_t0_pytorch": held, "draft_params": n_params, "config": dataclasses.asdict(cfg),
+               "heldout_al_t0_pytorch": held, "heldout_loss_probes": probes, "draft_params": n_params, "config": dataclasses.asdict(cfg),
                "gguf": gguf_path.name, "gguf_bytes": os.path.getsize(gguf_path), "args": vars(a)}
     (out / "train_summary.json").write_text(json.dumps(summary, indent=1))
     log("summary", json.dumps({k: summary[k] for k in ("steps_done", "loss_first50", "loss_last50", "gguf_bytes")}))
