@@ -17,7 +17,7 @@
 # 3. llama.cpp's llama-cli --spec-type draft-dflash on the same prompts: its acceptance vs ours;
 # 4. llama-cli again on 6 prompts with one flag changed at a time (draft sampling on the host, flash
 #    attention off, F32 draft KV cache, draft on the CPU, everything on the CPU): which CUDA piece
-#    makes its acceptance lower than ours (about 4 minutes).
+#    makes its acceptance lower than ours (about 4 minutes; BISECT=0 skips it).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT=${RES:-${OUT:-/tmp/suite_spec_real}}   # under run.sh: its $RES
@@ -44,7 +44,9 @@ if [ -x "$BIN/llama-cli" ]; then
     # features replay to our AL (bench/llama_cpp_dflash_replay.py); on the H200 it accepted 2.6% against
     # 8.6%. One flag at a time on 6 prompts x 128 tokens, then the same run on the device's CPU.
     : > "$OUT/llama_cli_bisect.txt"
-    for extra in "" "--no-spec-draft-backend-sampling" "-fa off" "-ctkd f32 -ctvd f32" "-ngld 0" "-ngl 0 -ngld 0 -t 16"; do
+    bisect=("" "--no-spec-draft-backend-sampling" "-fa off" "-ctkd f32 -ctvd f32" "-ngld 0" "-ngl 0 -ngld 0 -t 16")
+    [ "${BISECT:-1}" = 0 ] && bisect=()   # BISECT=0: skip step 4 (a short lease)
+    for extra in "${bisect[@]}"; do
         python3 bench/gpu/llama_cli_acceptance.py --llama-cli "$BIN/llama-cli" --target "$SMOLLM2" --draft "$DRAFT" \
             --per-category 2 --tokens 128 --extra "$extra" 2>&1 | grep "^llama.cpp" | tee -a "$OUT/llama_cli_bisect.txt"
     done
