@@ -72,10 +72,9 @@ def devices():
 def cuda_small_gemm(int device, int ggml_type, w, int nrows, int k, x, geometry=(0, 0, 0)):
     """y = W x on CUDA device `device` with luce's small-batch kernel (a diagnostic for tests).
     w: the quantized rows as bytes (nrows rows of k values of ggml_type); x: float32 [n, k];
-    geometry: (row tiles, K splits, blocks per SM[, tiles per warp]), zeros for the engine's choice.
+    geometry: (row tiles, K splits, blocks per SM), zeros for the engine's choice.
     Returns float32 [n, nrows]. UnsupportedError without the CUDA kernels."""
     cdef int row_tiles = geometry[0], k_splits = geometry[1], blocks_per_sm = geometry[2]
-    cdef int tiles_per_warp = geometry[3] if len(geometry) > 3 else 1
     cdef const unsigned char[::1] wv = memoryview(bytes(w))
     xs = np.ascontiguousarray(x, dtype=np.float32)
     if xs.ndim != 2 or xs.shape[1] != k:
@@ -86,7 +85,7 @@ def cuda_small_gemm(int device, int ggml_type, w, int nrows, int k, x, geometry=
     cdef int n = xs.shape[0]
     with nogil:
         st = luce_cuda_small_gemm(device, ggml_type, &wv[0], nrows, k, &xv[0, 0], n, &yv[0, 0], row_tiles, k_splits,
-                                  blocks_per_sm, tiles_per_warp)
+                                  blocks_per_sm)
     _check(st)
     return y
 

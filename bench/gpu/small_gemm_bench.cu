@@ -213,7 +213,7 @@ int run_one(char ** a) {
 int main(int argc, char ** argv) {
     if (argc == 9 && std::strcmp(argv[1], "--one") == 0) return run_one(argv + 2);
     FILE * csv = argc > 1 ? std::fopen(argv[1], "w") : nullptr;
-    if (csv) std::fprintf(csv, "shape,type,rows,k,n,row_tiles,k_splits,depth,tiles_per_warp,us,gbps,rel_diff\n");
+    if (csv) std::fprintf(csv, "shape,type,rows,k,n,row_tiles,k_splits,depth,us,gbps,rel_diff\n");
     cudaDeviceProp prop{};
     CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("%s: %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
@@ -239,7 +239,7 @@ int main(int argc, char ** argv) {
     struct Row {
         std::string shape;
         int n;
-        double old_gbps, auto_gbps, best_gbps, best_at_depth[3], best_two_tiles;
+        double old_gbps, auto_gbps, best_gbps, best_at_depth[3];
         luce::cuda::SmallGemmGeometry best, chosen;
         double worst_diff;
     };
@@ -286,7 +286,7 @@ int main(int argc, char ** argv) {
             g.y_stride = s.rows;
             g.n_sm = prop.multiProcessorCount;
             const double gb = double(w_bytes) / 1e9;
-            Row row{s.name, n, 0, 0, 0, {0, 0, 0}, 0, {}, luce::cuda::small_gemm_geometry(g), 0};
+            Row row{s.name, n, 0, 0, 0, {0, 0, 0}, {}, luce::cuda::small_gemm_geometry(g), 0};
             CHECK(cudaMemset(dy, 0xff, size_t(n) * size_t(s.rows) * 4));   // NaN: unwritten outputs show
             CHECK(cudaError_t(luce::cuda::small_gemm_quantize(g, scratch, nullptr)));
             CHECK(cudaError_t(luce::cuda::small_gemm_multiply(g, scratch, nullptr, {1, 1})));
@@ -313,12 +313,11 @@ int main(int argc, char ** argv) {
                 row.old_gbps = gb / (ms * 1e-3);
             }
 #endif
-            for (int tpw = 1; tpw <= 2; ++tpw)
             for (int di = 0; di < 3; ++di)
             for (int rt : tiles) {
                 for (int ksp : splits) {
-                    if (ksp > s.k / 256 || (tpw == 2 && depths[di] != 2)) continue;   // two tiles: 2 blocks an SM
-                    const luce::cuda::SmallGemmGeometry geo{rt, ksp, depths[di], tpw};
+                    if (ksp > s.k / 256) continue;
+                    const luce::cuda::SmallGemmGeometry geo{rt, ksp, depths[di]};
                     CHECK(cudaMemset(dy, 0xff, ref.size() * 4));
                     g.w = dw[0];
                     CHECK(cudaError_t(luce::cuda::small_gemm_multiply(g, scratch, nullptr, geo)));
@@ -331,18 +330,16 @@ int main(int argc, char ** argv) {
                     });
                     const double gbps = gb / (ms * 1e-3);
                     row.worst_diff = std::max(row.worst_diff, diff);
-                    if (tpw == 1) row.best_at_depth[di] = std::max(row.best_at_depth[di], gbps);
-                    else row.best_two_tiles = std::max(row.best_two_tiles, gbps);
+                    row.best_at_depth[di] = std::max(row.best_at_depth[di], gbps);
                     if (gbps > row.best_gbps) {
                         row.best_gbps = gbps;
                         row.best = geo;
                     }
-                    if (rt == row.chosen.row_tiles && ksp == row.chosen.k_splits && depths[di] == row.chosen.blocks_per_sm &&
-                        tpw == row.chosen.tiles_per_warp) {
+                    if (rt == row.chosen.row_tiles && ksp == row.chosen.k_splits && depths[di] == row.chosen.blocks_per_sm) {
                         row.auto_gbps = gbps;
                     }
-                    if (csv) std::fprintf(csv, "%s,%d,%lld,%lld,%d,%d,%d,%d,%d,%.2f,%.1f,%.3g\n", s.name, s.type, (long long) s.rows,
-                                          (long long) s.k, n, rt, ksp, depths[di], tpw, ms * 1e3, gbps, diff);
+                    if (csv) std::fprintf(csv, "%s,%d,%lld,%lld,%d,%d,%d,%d,%.2f,%.1f,%.3g\n", s.name, s.type, (long long) s.rows,
+                                          (long long) s.k, n, rt, ksp, depths[di], ms * 1e3, gbps, diff);
                 }
             }
             if (row.auto_gbps == 0) {   // the chosen geometry was reduced to one outside the sweep
@@ -374,16 +371,14 @@ int main(int argc, char ** argv) {
 #endif
     }
 
-    std::printf("\n%-20s %3s %6s %6s %6s %6s %6s %6s %6s %-11s %-11s %8s\n", "shape", "n", "old", "auto", "best", "b2", "b3", "b4",
-                "tw2", "best", "auto", "max diff");
+    std::printf("\n%-20s %3s %6s %6s %6s %6s %6s %6s %-9s %-9s %8s\n", "shape", "n", "old", "auto", "best", "b2", "b3", "b4", "best",
+                "auto", "max diff");
     for (const Row & r : table) {
-        std::printf("%-20s %3d %6.0f %6.0f %6.0f %6.0f %6.0f %6.0f %6.0f %dx%dx%dx%-5d %dx%dx%dx%-5d %8.1e\n", r.shape.c_str(), r.n,
-                    r.old_gbps, r.auto_gbps, r.best_gbps, r.best_at_depth[0], r.best_at_depth[1], r.best_at_depth[2],
-                    r.best_two_tiles, r.best.row_tiles, r.best.k_splits, r.best.blocks_per_sm, r.best.tiles_per_warp,
-                    r.chosen.row_tiles, r.chosen.k_splits, r.chosen.blocks_per_sm, r.chosen.tiles_per_warp, r.worst_diff);
+        std::printf("%-20s %3d %6.0f %6.0f %6.0f %6.0f %6.0f %6.0f %dx%dx%-5d %dx%dx%-5d %8.1e\n", r.shape.c_str(), r.n, r.old_gbps,
+                    r.auto_gbps, r.best_gbps, r.best_at_depth[0], r.best_at_depth[1], r.best_at_depth[2], r.best.row_tiles,
+                    r.best.k_splits, r.best.blocks_per_sm, r.chosen.row_tiles, r.chosen.k_splits, r.chosen.blocks_per_sm, r.worst_diff);
     }
-    std::printf("(GB/s of weights; b2..b4: one tile a warp at 2..4 blocks an SM; tw2: two tiles a warp;\n"
-                " geometry = row tiles x K splits x blocks per SM x tiles a warp)\n");
+    std::printf("(GB/s of weights; geometry = row tiles x K splits x blocks per SM)\n");
     if (csv) std::fclose(csv);
     return 0;
 }

@@ -53,19 +53,16 @@ __device__ __forceinline__ void mma_f16_k8(float (&c)[4], uint32_t a0, uint32_t 
 __device__ __forceinline__ float f16_bits(uint32_t bits16) { return __half2float(__ushort_as_half(uint16_t(bits16))); }
 __device__ __forceinline__ uint32_t byte_of(const uint32_t * w, int i) { return (w[i / 4] >> (8 * (i % 4))) & 0xffu; }
 
-// ---- weight loads --------------------------------------------------------------------------------
-// Through L1, read-only: the formats' sub-sector loads (Q6_K's and Q8_0's 2-byte fields, a Q4_K
-// block straddling sectors) hit there. Skipping L1 (ld.global.nc.L1::no_allocate) was measured
-// 0.6x on Q6_K and 0.94x on the largest Q4_K matrices (bench/RESULTS.md).
-__device__ __forceinline__ uint4 load_weights_u4(const uint8_t * p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
-__device__ __forceinline__ uint2 load_weights_u2(const uint8_t * p) { return __ldg(reinterpret_cast<const uint2 *>(p)); }
-__device__ __forceinline__ uint32_t load_weights_u32(const uint8_t * p) { return __ldg(reinterpret_cast<const unsigned int *>(p)); }
-__device__ __forceinline__ uint32_t load_weights_u16(const uint8_t * p) { return __ldg(reinterpret_cast<const unsigned short *>(p)); }
-
 // 32-bit load from a 2-byte aligned address (Q6_K blocks are 210 bytes, so only 2-aligned)
 __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t * p) {
-    return load_weights_u16(p) | (load_weights_u16(p + 2) << 16);
+    const uint16_t * h = reinterpret_cast<const uint16_t *>(p);
+    return uint32_t(h[0]) | (uint32_t(h[1]) << 16);
 }
+
+// Read-only loads through L1 (Q8_0's 2- and 4-byte fields re-read sectors there). Skipping L1 for
+// weight loads was measured slower for every format (docs/decisions.md).
+__device__ __forceinline__ uint32_t ldg_u32(const uint8_t * p) { return __ldg(reinterpret_cast<const unsigned int *>(p)); }
+__device__ __forceinline__ uint32_t ldg_u16(const uint8_t * p) { return __ldg(reinterpret_cast<const unsigned short *>(p)); }
 
 // ---- the quantized activations as the kernels get them ------------------------------------------
 // Columns n..n_pad are padding: the lanes that would load them (mma column g = lane / 4) feed zeros
@@ -86,12 +83,12 @@ struct Q4KRows {           // one thread's part of one superblock, for its rows 
 };
 
 __device__ __forceinline__ void load_q4k(Q4KRows & r, const uint8_t * a, const uint8_t * b, int t) {
-    r.head[0] = load_weights_u4(a);
-    r.head[1] = load_weights_u4(b);
+    r.head[0] = *reinterpret_cast<const uint4 *>(a);
+    r.head[1] = *reinterpret_cast<const uint4 *>(b);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        r.qs[0][j] = load_weights_u2(a + 16 + 32 * j + 8 * t);
-        r.qs[1][j] = load_weights_u2(b + 16 + 32 * j + 8 * t);
+        r.qs[0][j] = *reinterpret_cast<const uint2 *>(a + 16 + 32 * j + 8 * t);
+        r.qs[1][j] = *reinterpret_cast<const uint2 *>(b + 16 + 32 * j + 8 * t);
     }
 }
 
@@ -156,20 +153,19 @@ __device__ __forceinline__ __half2 biased_byte_pair(uint32_t w, int b) {
 struct Q4KHalf : Q4KBlocks {
 
     // The activations' padded column count is 8 * NT (small_batch_gemm.cu's padded_cols), so their
-    // offsets are compile-time constants. TW row tiles share each activation fragment loaded.
-    template <int NT, int TW>
-    static __device__ __forceinline__ void multiply(const Rows (&cur)[TW], float (&acc)[TW][NT][4], const QuantizedCols & cols,
-                                                    int64_t i, int g, int t) {
+    // offsets are compile-time constants.
+    template <int NT>
+    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
+                                                    int g, int t) {
         constexpr int n_pad = 8 * NT;
-        float d[TW][2], dmin[TW][2];
-        uint32_t scp[TW][2][2], mnp[TW][2][2];
-#pragma unroll
-        for (int tw = 0; tw < TW; ++tw) q4k_scales(cur[tw], d[tw], dmin[tw], scp[tw], mnp[tw]);
+        float d[2], dmin[2];
+        uint32_t scp[2][2], mnp[2][2];
+        q4k_scales(cur, d, dmin, scp, mnp);
         bool live[NT];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) live[nt] = nt * 8 + g < cols.n;
         // two accumulator chains (words h = 0, 1) halve the dependent mma latency per superblock
-        float sum[TW][2][NT][4] = {};
+        float sum[2][NT][4] = {};
         const uint4 * xh = cols.xh + (i * 8 * n_pad + g) * 4 + t;   // + ((2j + h) * n_pad + nt * 8) * 4
         const __half2 k1024 = __float2half2_rn(1024.0f), km1024 = __float2half2_rn(-1024.0f);
         const __half2 k16th = __float2half2_rn(1.0f / 16.0f), km64 = __float2half2_rn(-64.0f);
@@ -178,64 +174,46 @@ struct Q4KHalf : Q4KBlocks {
             // Sub-block 2j (low nibbles, 1024 + q): (sc, sc) and -1024 sc. Sub-block 2j + 1 (high
             // nibbles, masked in place as 1024 + 16q): (sc/16, sc/16) and -64 sc. Either way one
             // hfma2 gives q * sc exactly (at most 945).
-            __half2 sc[TW][2][2], bias[TW][2][2];
+            __half2 sc[2][2], bias[2][2];
 #pragma unroll
-            for (int tw = 0; tw < TW; ++tw) {
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const __half2 lo = biased_byte_pair(scp[tw][r][j / 2], (2 * j) % 4);
-                    const __half2 hi = biased_byte_pair(scp[tw][r][j / 2], (2 * j + 1) % 4);
-                    sc[tw][r][0] = __hsub2(lo, k1024);
-                    sc[tw][r][1] = __hfma2(hi, k16th, km64);
-                    bias[tw][r][0] = __hmul2(sc[tw][r][0], km1024);
-                    bias[tw][r][1] = __hmul2(sc[tw][r][1], km1024);
-                }
+            for (int r = 0; r < 2; ++r) {
+                const __half2 lo = biased_byte_pair(scp[r][j / 2], (2 * j) % 4);
+                const __half2 hi = biased_byte_pair(scp[r][j / 2], (2 * j + 1) % 4);
+                sc[r][0] = __hsub2(lo, k1024);
+                sc[r][1] = __hfma2(hi, k16th, km64);
+                bias[r][0] = __hmul2(sc[r][0], km1024);
+                bias[r][1] = __hmul2(sc[r][1], km1024);
             }
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                uint32_t a[TW][2][4];   // [tile][u][mma register]: rows g, g+8 of nibbles (0, 2), then (1, 3)
+                uint32_t a[2][4];   // [u][mma register]: rows g, g+8 of nibbles (0, 2), then (1, 3)
 #pragma unroll
-                for (int tw = 0; tw < TW; ++tw) {
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        const uint32_t w = h ? cur[tw].qs[r][j].y : cur[tw].qs[r][j].x, w8 = w >> 8;
-                        const __half2 s0 = sc[tw][r][0], b0 = bias[tw][r][0], s1 = sc[tw][r][1], b1 = bias[tw][r][1];
-                        a[tw][0][r] = half2_bits(__hfma2(bits_half2(masked_into_half2<0x000F000Fu>(w)), s0, b0));
-                        a[tw][0][2 + r] = half2_bits(__hfma2(bits_half2(masked_into_half2<0x000F000Fu>(w8)), s0, b0));
-                        a[tw][1][r] = half2_bits(__hfma2(bits_half2(masked_into_half2<0x00F000F0u>(w)), s1, b1));
-                        a[tw][1][2 + r] = half2_bits(__hfma2(bits_half2(masked_into_half2<0x00F000F0u>(w8)), s1, b1));
-                    }
+                for (int r = 0; r < 2; ++r) {
+                    const uint32_t w = h ? cur.qs[r][j].y : cur.qs[r][j].x, w8 = w >> 8;
+                    a[0][r] = half2_bits(__hfma2(bits_half2(masked_into_half2<0x000F000Fu>(w)), sc[r][0], bias[r][0]));
+                    a[0][2 + r] = half2_bits(__hfma2(bits_half2(masked_into_half2<0x000F000Fu>(w8)), sc[r][0], bias[r][0]));
+                    a[1][r] = half2_bits(__hfma2(bits_half2(masked_into_half2<0x00F000F0u>(w)), sc[r][1], bias[r][1]));
+                    a[1][2 + r] = half2_bits(__hfma2(bits_half2(masked_into_half2<0x00F000F0u>(w8)), sc[r][1], bias[r][1]));
                 }
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
                     const uint4 bx = live[nt] ? xh[((2 * j + h) * n_pad + nt * 8) * 4] : make_uint4(0, 0, 0, 0);
-#pragma unroll
-                    for (int tw = 0; tw < TW; ++tw) {
-                        mma_f16_k16(sum[tw][h][nt], a[tw][0][0], a[tw][0][1], a[tw][0][2], a[tw][0][3], bx.x, bx.y);
-                        mma_f16_k16(sum[tw][h][nt], a[tw][1][0], a[tw][1][1], a[tw][1][2], a[tw][1][3], bx.z, bx.w);
-                    }
+                    mma_f16_k16(sum[h][nt], a[0][0], a[0][1], a[0][2], a[0][3], bx.x, bx.y);
+                    mma_f16_k16(sum[h][nt], a[1][0], a[1][1], a[1][2], a[1][3], bx.z, bx.w);
                 }
             }
         }
         // minimums: m of sub-blocks 2t, 2t + 1 for rows g and g + 8 (m16n8k8's A) times the sums
-        uint32_t am[TW][2];
+        uint32_t am[2];
 #pragma unroll
-        for (int tw = 0; tw < TW; ++tw) {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) am[tw][r] = half2_bits(bytes_to_half2(mnp[tw][r][t / 2] >> (16 * (t % 2))));
-        }
+        for (int r = 0; r < 2; ++r) am[r] = half2_bits(bytes_to_half2(mnp[r][t / 2] >> (16 * (t % 2))));
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
+            float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             const uint32_t sums = live[nt] ? cols.xsum[(i * n_pad + nt * 8 + g) * 4 + t] : 0u;
+            mma_f16_k8(mins, am[0], am[1], sums);
 #pragma unroll
-            for (int tw = 0; tw < TW; ++tw) {
-                float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                mma_f16_k8(mins, am[tw][0], am[tw][1], sums);
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    acc[tw][nt][e] += d[tw][e / 2] * (sum[tw][0][nt][e] + sum[tw][1][nt][e]) - dmin[tw][e / 2] * mins[e];
-                }
-            }
+            for (int e = 0; e < 4; ++e) acc[nt][e] += d[e / 2] * (sum[0][nt][e] + sum[1][nt][e]) - dmin[e / 2] * mins[e];
         }
     }
 };
@@ -267,7 +245,7 @@ __device__ __forceinline__ void load_q6k(Q6KRows & r, const uint8_t * a, const u
         }
 #pragma unroll
         for (int q = 0; q < 4; ++q) r.sc[x][q] = load_u32_a2(p + 192 + 4 * q);
-        r.d[x] = f16_bits(load_weights_u16(p + 208));
+        r.d[x] = __half2float(*reinterpret_cast<const __half *>(p + 208));
     }
 }
 
@@ -293,25 +271,22 @@ struct Q6KBlocks {
 // stays outside the mma; the gain over an int8 kernel is its per-mma scale and conversion work.
 struct Q6KHalf : Q6KBlocks {
 
-    template <int NT, int TW>
-    static __device__ __forceinline__ void multiply(const Rows (&cur)[TW], float (&acc)[TW][NT][4], const QuantizedCols & cols,
-                                                    int64_t i, int g, int t) {
+    template <int NT>
+    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
+                                                    int g, int t) {
         const uint2 * xh = reinterpret_cast<const uint2 *>(cols.xh);
         const __half2 offset = __float2half2_rn(1056.0f);   // the 1024 of the bit trick + Q6_K's 32
 #pragma unroll
         for (int G = 0; G < 16; ++G) {
             const int h = G / 8, m = (G / 2) % 4, lh = G % 2;
-            uint32_t a[TW][4];
-            float ds[TW][2];
+            uint32_t a[4];
+            float ds[2];
 #pragma unroll
-            for (int tw = 0; tw < TW; ++tw) {
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const uint32_t v = q6k_values(cur[tw], r, G);   // bytes e = 0..3: values 16G + 4t + e
-                    a[tw][r] = half2_bits(__hsub2(bits_half2((v & 0x00FF00FFu) | 0x64006400u), offset));             // e = 0, 2
-                    a[tw][2 + r] = half2_bits(__hsub2(bits_half2(((v >> 8) & 0x00FF00FFu) | 0x64006400u), offset));  // e = 1, 3
-                    ds[tw][r] = cur[tw].d[r] * float(int8_t(byte_of(cur[tw].sc[r], G)));
-                }
+            for (int r = 0; r < 2; ++r) {
+                const uint32_t v = q6k_values(cur, r, G);   // bytes e = 0..3: values 16G + 4t + e
+                a[r] = half2_bits(__hsub2(bits_half2((v & 0x00FF00FFu) | 0x64006400u), offset));             // e = 0, 2
+                a[2 + r] = half2_bits(__hsub2(bits_half2(((v >> 8) & 0x00FF00FFu) | 0x64006400u), offset));  // e = 1, 3
+                ds[r] = cur.d[r] * float(int8_t(byte_of(cur.sc[r], G)));
             }
             // where values 16G + 4t + e lie in xh_index's layout: sub-block pair 2h + m/2, word t % 2,
             // quad thread 2lh + t/2, half m % 2
@@ -319,13 +294,10 @@ struct Q6KHalf : Q6KBlocks {
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
                 const uint2 bx = nt * 8 + g < cols.n ? xh[(base + nt * 8 * 4) * 2 + m % 2] : make_uint2(0, 0);
+                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                mma_f16_k16(c, a[0], a[1], a[2], a[3], bx.x, bx.y);
 #pragma unroll
-                for (int tw = 0; tw < TW; ++tw) {
-                    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    mma_f16_k16(c, a[tw][0], a[tw][1], a[tw][2], a[tw][3], bx.x, bx.y);
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[tw][nt][e] += ds[tw][e / 2] * c[e];
-                }
+                for (int e = 0; e < 4; ++e) acc[nt][e] += ds[e / 2] * c[e];
             }
         }
     }
@@ -346,10 +318,10 @@ __device__ __forceinline__ void load_q80_row(uint32_t (&q)[2 * kQ80Blocks], uint
     for (int b = 0; b < kQ80Blocks; ++b) {
         const uint8_t * qs = p + kQ80Bytes * b + 2 + 8 * t;
         if (b % 2) {
-            q[2 * b] = load_weights_u32(qs);
-            q[2 * b + 1] = load_weights_u32(qs + 4);
+            q[2 * b] = ldg_u32(qs);
+            q[2 * b + 1] = ldg_u32(qs + 4);
         } else {
-            const uint32_t lo = load_weights_u16(qs), mid = load_weights_u32(qs + 2), hi = load_weights_u16(qs + 6);
+            const uint32_t lo = ldg_u16(qs), mid = ldg_u32(qs + 2), hi = ldg_u16(qs + 6);
             q[2 * b] = __byte_perm(lo, mid, 0x5410);
             q[2 * b + 1] = __byte_perm(mid, hi, 0x5432);
         }
@@ -358,7 +330,7 @@ __device__ __forceinline__ void load_q80_row(uint32_t (&q)[2 * kQ80Blocks], uint
     // bytes further (its block starts at 34)
 #pragma unroll
     for (int m = 0; m < kQ80Blocks / 2; ++m) {
-        d[m] = __byte_perm(load_weights_u32(p + 2 * kQ80Bytes * m), load_weights_u32(p + 2 * kQ80Bytes * m + 32), 0x7610);
+        d[m] = __byte_perm(ldg_u32(p + 2 * kQ80Bytes * m), ldg_u32(p + 2 * kQ80Bytes * m + 32), 0x7610);
     }
 }
 
@@ -384,9 +356,9 @@ __device__ __forceinline__ void int8x4_to_half2x2(uint32_t w, uint32_t & even, u
 // block's own sum, d applied to it in f32, as Q6KHalf does per group.
 struct Q80Half : Q80Blocks {
 
-    template <int NT, int TW>
-    static __device__ __forceinline__ void multiply(const Rows (&cur)[TW], float (&acc)[TW][NT][4], const QuantizedCols & cols,
-                                                    int64_t i, int g, int t) {
+    template <int NT>
+    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
+                                                    int g, int t) {
         constexpr int n_pad = 8 * NT;
         bool live[NT];
 #pragma unroll
@@ -394,38 +366,29 @@ struct Q80Half : Q80Blocks {
         const uint4 * xh = cols.xh + (i * 8 * n_pad + g) * 4 + t;   // + ((2j + h) * n_pad + nt * 8) * 4
 #pragma unroll
         for (int j = 0; j < 4; ++j) {   // blocks 2j (u = 0) and 2j + 1 (u = 1)
-            float c[TW][2][NT][4] = {};
+            float c[2][NT][4] = {};
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                uint32_t a[TW][2][4];   // [tile][u][mma register]: rows g, g + 8 of (e0, e2), then (e1, e3)
+                uint32_t a[2][4];   // [u][mma register]: rows g, g + 8 of (e0, e2), then (e1, e3)
 #pragma unroll
-                for (int tw = 0; tw < TW; ++tw) {
+                for (int u = 0; u < 2; ++u) {
 #pragma unroll
-                    for (int u = 0; u < 2; ++u) {
-#pragma unroll
-                        for (int r = 0; r < 2; ++r) int8x4_to_half2x2(cur[tw].q[r][2 * (2 * j + u) + h], a[tw][u][r], a[tw][u][2 + r]);
-                    }
+                    for (int r = 0; r < 2; ++r) int8x4_to_half2x2(cur.q[r][2 * (2 * j + u) + h], a[u][r], a[u][2 + r]);
                 }
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
                     const uint4 bx = live[nt] ? xh[((2 * j + h) * n_pad + nt * 8) * 4] : make_uint4(0, 0, 0, 0);
-#pragma unroll
-                    for (int tw = 0; tw < TW; ++tw) {
-                        mma_f16_k16(c[tw][0][nt], a[tw][0][0], a[tw][0][1], a[tw][0][2], a[tw][0][3], bx.x, bx.y);
-                        mma_f16_k16(c[tw][1][nt], a[tw][1][0], a[tw][1][1], a[tw][1][2], a[tw][1][3], bx.z, bx.w);
-                    }
+                    mma_f16_k16(c[0][nt], a[0][0], a[0][1], a[0][2], a[0][3], bx.x, bx.y);
+                    mma_f16_k16(c[1][nt], a[1][0], a[1][1], a[1][2], a[1][3], bx.z, bx.w);
                 }
             }
+            float2 d[2];   // [row]: d of blocks 2j, 2j + 1
 #pragma unroll
-            for (int tw = 0; tw < TW; ++tw) {
-                float2 d[2];   // [row]: d of blocks 2j, 2j + 1
+            for (int r = 0; r < 2; ++r) d[r] = __half22float2(bits_half2(cur.d[r][j]));
 #pragma unroll
-                for (int r = 0; r < 2; ++r) d[r] = __half22float2(bits_half2(cur[tw].d[r][j]));
+            for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[tw][nt][e] += d[e / 2].x * c[tw][0][nt][e] + d[e / 2].y * c[tw][1][nt][e];
-                }
+                for (int e = 0; e < 4; ++e) acc[nt][e] += d[e / 2].x * c[0][nt][e] + d[e / 2].y * c[1][nt][e];
             }
         }
     }

@@ -3,10 +3,9 @@
 //
 // quantize_columns writes a call's activations once in every layout the formats read.
 //
-// gemm_small: a block of 8 warps owns R groups of TW tiles of 16 weight rows; the warps of a group
-// take its 256-value superblocks of the block's K split round-robin (8 / R ways), a warp
-// multiplying each activation fragment it loads with all TW tiles. The partial sums meet in shared
-// memory, and the K splits in the scratch, in a fixed order, so results are deterministic.
+// gemm_small: a block of 8 warps owns R tiles of 16 weight rows; the warps of a tile take its
+// 256-value superblocks of the block's K split round-robin (8 / R ways). The partial sums meet in
+// shared memory, and the K splits in the scratch, in a fixed order, so results are deterministic.
 // Loads stay in flight either through more blocks an SM or by loading a warp's next superblock
 // before it multiplies the current one (small_batch_gemm.h's SmallGemmGeometry).
 #include "small_batch_gemm.h"
@@ -50,38 +49,34 @@ __global__ void quantize_columns(const float * __restrict__ x, int64_t x_stride,
 }
 
 // ---- epilogue: sum the warps' partials in a fixed order, then store or meet the other K splits ------
-// The block's rows start at row0: R groups of TW tiles of 16, warp w holding group w % R of in-block
-// K split w / R.
+// The block's rows start at row0: R tiles of 16, warp w holding tile w % R of in-block K split w / R.
 // With one K split the sums are the outputs. Otherwise each split's block writes its sums to
 // `partial` ([split][column][row]); the block that arrives last at its row block's counter adds the
 // splits in order 0, 1, ... (the same order whichever arrives last) and resets the counter.
-template <int NT, int R, int TW>
-__device__ __forceinline__ void reduce_and_store(float (&acc)[TW][NT][4], float * __restrict__ y, int64_t y_stride,
+template <int NT, int R>
+__device__ __forceinline__ void reduce_and_store(float (&acc)[NT][4], float * __restrict__ y, int64_t y_stride,
                                                  int64_t row0, int64_t nrows, int n, float * __restrict__ partial,
                                                  uint32_t * __restrict__ counters) {
-    constexpr int n_pad = 8 * NT, group_rows = kTileRows * TW;
-    __shared__ float red[kWarps][group_rows][n_pad];
+    constexpr int n_pad = 8 * NT;
+    __shared__ float red[kWarps][kTileRows][n_pad];
     __shared__ bool last;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int tw = 0; tw < TW; ++tw) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            red[warp][tw * kTileRows + g][nt * 8 + 2 * t] = acc[tw][nt][0];
-            red[warp][tw * kTileRows + g][nt * 8 + 2 * t + 1] = acc[tw][nt][1];
-            red[warp][tw * kTileRows + g + 8][nt * 8 + 2 * t] = acc[tw][nt][2];
-            red[warp][tw * kTileRows + g + 8][nt * 8 + 2 * t + 1] = acc[tw][nt][3];
-        }
+    for (int nt = 0; nt < NT; ++nt) {
+        red[warp][g][nt * 8 + 2 * t] = acc[nt][0];
+        red[warp][g][nt * 8 + 2 * t + 1] = acc[nt][1];
+        red[warp][g + 8][nt * 8 + 2 * t] = acc[nt][2];
+        red[warp][g + 8][nt * 8 + 2 * t + 1] = acc[nt][3];
     }
     __syncthreads();
-    constexpr int rows = group_rows * R;
+    constexpr int rows = kTileRows * R;
     const int splits = int(gridDim.y);
     for (int idx = threadIdx.x; idx < rows * n_pad; idx += kThreads) {
         const int r = idx % rows, c = idx / rows;   // consecutive threads: consecutive rows
         if (c >= n || row0 + r >= nrows) continue;
         float s = 0.0f;
 #pragma unroll
-        for (int ks = 0; ks < kWarps / R; ++ks) s += red[ks * R + r / group_rows][r % group_rows][c];
+        for (int ks = 0; ks < kWarps / R; ++ks) s += red[ks * R + r / kTileRows][r % kTileRows][c];
         if (splits == 1) {
             y[int64_t(c) * y_stride + row0 + r] = s;
         } else {
@@ -105,50 +100,38 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[TW][NT][4], float 
     if (threadIdx.x == 0) counters[blockIdx.x] = 0;   // ready for the next call
 }
 
-// The kernel, for every format: a block holds R groups of TW row tiles of 16, its 8 / R warps per
-// group taking the group's superblocks of this block's K split (blockIdx.y) round-robin. With
-// PREFETCH each warp loads the next superblock's weights before it multiplies the current one (two
-// blocks an SM fit the registers); without, MINB blocks an SM hide the loads by their number.
-template <class Format, int NT, int R, bool PREFETCH, int MINB, int TW>
+// The kernel, for either format: a block holds R row tiles of 16, its 8 / R warps per tile taking
+// the tile's superblocks of this block's K split (blockIdx.y) round-robin. With PREFETCH each warp
+// loads the next superblock's weights before it multiplies the current one (two blocks an SM fit
+// the registers); without, MINB blocks an SM hide the loads by their number.
+template <class Format, int NT, int R, bool PREFETCH, int MINB>
 __global__ void __launch_bounds__(kThreads, MINB) gemm_small(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
                                                              int64_t n_super, int64_t per_split, const QuantizedCols cols,
                                                              float * __restrict__ y, int64_t y_stride, float * __restrict__ partial,
                                                              uint32_t * __restrict__ counters) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int ks = warp / R;                                              // this warp's in-block K split
-    const int64_t block_row0 = int64_t(blockIdx.x) * kTileRows * R * TW;
-    const int64_t row0 = block_row0 + (warp % R) * kTileRows * TW;
-    const uint8_t * wa[TW];   // rows past the end repeat the last one; their sums are not stored
-    const uint8_t * wb[TW];
-#pragma unroll
-    for (int tw = 0; tw < TW; ++tw) {
-        wa[tw] = w + min(row0 + tw * kTileRows + g, nrows - 1) * row_bytes;
-        wb[tw] = w + min(row0 + tw * kTileRows + g + 8, nrows - 1) * row_bytes;
-    }
+    const int64_t block_row0 = int64_t(blockIdx.x) * kTileRows * R;
+    const int64_t row0 = block_row0 + (warp % R) * kTileRows;
+    const uint8_t * wa = w + min(row0 + g, nrows - 1) * row_bytes;       // rows past the end repeat the last
+    const uint8_t * wb = w + min(row0 + g + 8, nrows - 1) * row_bytes;   // one; their sums are not stored
     constexpr int step = kWarps / R;
     const int64_t end = min(n_super, int64_t(blockIdx.y + 1) * per_split);
-    float acc[TW][NT][4] = {};
+    float acc[NT][4] = {};
 
-    typename Format::Rows cur[TW], next[TW];
-    const auto load = [&](typename Format::Rows (&r)[TW], int64_t at) {
-#pragma unroll
-        for (int tw = 0; tw < TW; ++tw) Format::load(r[tw], wa[tw] + at * Format::kBytes, wb[tw] + at * Format::kBytes, t);
-    };
+    typename Format::Rows cur, next;
     int64_t i = int64_t(blockIdx.y) * per_split + ks;
-    if (PREFETCH && i < end) load(cur, i);
+    if (PREFETCH && i < end) Format::load(cur, wa + i * Format::kBytes, wb + i * Format::kBytes, t);
     for (; i < end; i += step) {
         if (!PREFETCH) {
-            load(cur, i);
+            Format::load(cur, wa + i * Format::kBytes, wb + i * Format::kBytes, t);
         } else if (i + step < end) {
-            load(next, i + step);
+            Format::load(next, wa + (i + step) * Format::kBytes, wb + (i + step) * Format::kBytes, t);
         }
-        Format::template multiply<NT, TW>(cur, acc, cols, i, g, t);
-        if (PREFETCH) {
-#pragma unroll
-            for (int tw = 0; tw < TW; ++tw) cur[tw] = next[tw];
-        }
+        Format::template multiply<NT>(cur, acc, cols, i, g, t);
+        if (PREFETCH) cur = next;
     }
-    reduce_and_store<NT, R, TW>(acc, y, y_stride, block_row0, nrows, cols.n, partial, counters);
+    reduce_and_store<NT, R>(acc, y, y_stride, block_row0, nrows, cols.n, partial, counters);
 }
 
 int n_tiles(int n) { return (n + 7) / 8; }
@@ -175,27 +158,25 @@ ScratchParts scratch_parts(void * scratch, int64_t k, int n, int n_pad) {
     return p;
 }
 
-template <class Format, int NT, int R, bool PREFETCH, int MINB, int TW>
+template <class Format, int NT, int R, bool PREFETCH, int MINB>
 cudaError_t launch_tiles(const SmallGemm & g, const ScratchParts & p, int splits, cudaStream_t s) {
     const int64_t n_super = g.k / kQK;
     const int64_t per_split = (n_super + splits - 1) / splits;
-    const dim3 grid(unsigned((g.nrows + kTileRows * R * TW - 1) / (kTileRows * R * TW)), unsigned(splits));
-    gemm_small<Format, NT, R, PREFETCH, MINB, TW><<<grid, kThreads, 0, s>>>(static_cast<const uint8_t *>(g.w), g.row_bytes, g.nrows,
+    const dim3 grid(unsigned((g.nrows + kTileRows * R - 1) / (kTileRows * R)), unsigned(splits));
+    gemm_small<Format, NT, R, PREFETCH, MINB><<<grid, kThreads, 0, s>>>(static_cast<const uint8_t *>(g.w), g.row_bytes, g.nrows,
                                                                       n_super, per_split, p.cols, g.y, g.y_stride, p.partial,
                                                                       p.counters);
     return cudaGetLastError();
 }
 
 // Two blocks an SM (128 registers) with the next superblock loaded during the multiply, or three
-// or four (85 / 64 registers) without: more warps instead of more loads per warp. Two tiles a warp
-// hold twice the weights: two blocks an SM without prefetch (fewer registers spill).
+// or four (85 / 64 registers) without: more warps instead of more loads per warp.
 template <class Format, int NT, int R>
 cudaError_t launch_blocks(const SmallGemm & g, const ScratchParts & p, SmallGemmGeometry geo, cudaStream_t s) {
-    if (geo.tiles_per_warp == 2) return launch_tiles<Format, NT, R, false, 2, 2>(g, p, geo.k_splits, s);
     switch (geo.blocks_per_sm) {
-        case 4: return launch_tiles<Format, NT, R, false, 4, 1>(g, p, geo.k_splits, s);
-        case 3: return launch_tiles<Format, NT, R, false, 3, 1>(g, p, geo.k_splits, s);
-        default: return launch_tiles<Format, NT, R, true, 2, 1>(g, p, geo.k_splits, s);
+        case 4: return launch_tiles<Format, NT, R, false, 4>(g, p, geo.k_splits, s);
+        case 3: return launch_tiles<Format, NT, R, false, 3>(g, p, geo.k_splits, s);
+        default: return launch_tiles<Format, NT, R, true, 2>(g, p, geo.k_splits, s);
     }
 }
 
@@ -218,7 +199,6 @@ cudaError_t launch(const SmallGemm & g, const ScratchParts & p, SmallGemmGeometr
     }
 }
 
-// row_tiles: tiles a block (row tiles a warp group times tiles a warp)
 int64_t row_blocks(const SmallGemm & g, int row_tiles) { return (g.nrows + kTileRows * row_tiles - 1) / (kTileRows * row_tiles); }
 
 // The most K splits the scratch holds for this shape (the partial sums and one counter a row block).
@@ -231,10 +211,8 @@ int max_splits(const SmallGemm & g, int row_tiles) {
 SmallGemmGeometry valid_geometry(const SmallGemm & g, SmallGemmGeometry geo) {
     if (geo.row_tiles != 1 && geo.row_tiles != 2 && geo.row_tiles != 4 && geo.row_tiles != 8) geo.row_tiles = 1;
     if (geo.blocks_per_sm != 3 && geo.blocks_per_sm != 4) geo.blocks_per_sm = 2;
-    if (geo.tiles_per_warp != 2) geo.tiles_per_warp = 1;
-    if (geo.tiles_per_warp == 2) geo.blocks_per_sm = 2;
     const int n_super = int(g.k / kQK);
-    geo.k_splits = std::max(1, std::min({geo.k_splits, max_splits(g, geo.row_tiles * geo.tiles_per_warp), n_super}));
+    geo.k_splits = std::max(1, std::min({geo.k_splits, max_splits(g, geo.row_tiles), n_super}));
     return geo;
 }
 
@@ -257,17 +235,13 @@ size_t small_gemm_step_bytes(int ggml_type) {
 // split only for matrices whose row blocks do not give every SM one. Three blocks an SM without
 // prefetch up to 8 columns, and up to 16 but for the Q4_K matrices of 16K rows or more, where two
 // with prefetch were 6-22% faster at 16 columns; wider calls, whose accumulators would spill under
-// the three-block register cap, two with prefetch (Q6_K from 9 columns). Q8_0 takes Q4_K's row
-// tiles.
+// the three-block register cap, two with prefetch. Q8_0 takes Q4_K's row tiles and three blocks.
 SmallGemmGeometry small_gemm_geometry(const SmallGemm & g) {
     SmallGemmGeometry geo;
     geo.row_tiles = g.type != kTypeQ6K && g.nrows >= 8192 ? 2 : 1;
     const bool tall_q4k = g.type == kTypeQ4K && g.nrows >= 16384;
-    // Q8_0 holds twice Q4_K's registers a step: a prefetched next step would spill. Q6_K's 9..16
-    // columns spill under the three-block cap (220 bytes): two blocks with prefetch measured
-    // 1.15-1.4x there (one run, weight loads then skipping L1).
-    const bool q6k_wide = g.type == kTypeQ6K && g.n > 8;
-    geo.blocks_per_sm = (g.n <= 8 || (g.n <= 16 && !tall_q4k && !q6k_wide) || g.type == kTypeQ80) ? 3 : 2;
+    // Q8_0 holds twice Q4_K's registers a step: a prefetched next step would spill
+    geo.blocks_per_sm = g.n <= 8 || (g.n <= 16 && !tall_q4k) || g.type == kTypeQ80 ? 3 : 2;
     geo.k_splits = 1;
     const int64_t sms = std::max(1, g.n_sm), blocks = row_blocks(g, geo.row_tiles);
     if (blocks < sms) {

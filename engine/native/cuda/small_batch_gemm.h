@@ -44,14 +44,11 @@ struct SmallGemm {
 // computed by separate blocks, whose partial sums the last of them adds in a fixed order (results
 // stay deterministic). row_tiles 0 picks the whole geometry from the shape (small_gemm_geometry).
 // blocks_per_sm: 2 (each warp loads the next superblock while it multiplies one), 3 or 4 (fewer
-// registers, no prefetch: more warps hide the loads instead). tiles_per_warp 2: each warp takes two
-// tiles of 16 rows (a block 2 * row_tiles), halving the activation loads per weight byte; always
-// two blocks an SM, without prefetch.
+// registers, no prefetch: more warps hide the loads instead).
 struct SmallGemmGeometry {
     int row_tiles = 0;        // 1, 2, 4 or 8
     int k_splits = 0;         // 1..kSmallGemmMaxSplits
     int blocks_per_sm = 2;    // 2, 3 or 4
-    int tiles_per_warp = 1;   // 1, or 2: a warp multiplies each activation fragment it loads with two tiles
 };
 constexpr int kSmallGemmMaxSplits = 16;
 SmallGemmGeometry small_gemm_geometry(const SmallGemm & g);

@@ -426,7 +426,7 @@ std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend
 
 extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, const void * w, int64_t nrows, int64_t k,
                                             const float * x, int32_t n, float * y, int32_t row_tiles, int32_t k_splits,
-                                            int32_t blocks_per_sm, int32_t tiles_per_warp) {
+                                            int32_t blocks_per_sm) {
     using luce::Error;
     return luce::guarded([&] {
         REQUIRE(w && x && y && nrows > 0 && k > 0, "weights, activations and output are required");
@@ -451,7 +451,7 @@ extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, c
         if (ok) {
             luce::cuda::SmallGemm g{ggml_type, dw, nrows, k, row_bytes, static_cast<const float *>(dx), k, n,
                                     static_cast<float *>(dy), nrows, prop.multiProcessorCount};
-            const luce::cuda::SmallGemmGeometry geometry{row_tiles, k_splits, blocks_per_sm, tiles_per_warp};
+            const luce::cuda::SmallGemmGeometry geometry{row_tiles, k_splits, blocks_per_sm};
             // twice on one scratch (a split call that left its counters set would spoil the second),
             // the output poisoned with NaN before each, so an output the kernel leaves unwritten shows
             ok = luce::cuda::small_gemm_quantize(g, ds, nullptr) == 0;

@@ -512,12 +512,12 @@ LUCE_API luce_status luce_draft_plan(const char * path, const luce_model * targe
 // columns (1..32) of k floats, y receives n columns of nrows floats. For tests of the kernel
 // against a reference. LUCE_ERR_UNSUPPORTED when luce was built without its CUDA kernels or the device
 // cannot run them.
-// row_tiles, k_splits, blocks_per_sm, tiles_per_warp: the launch geometry (cuda/small_batch_gemm.h's
-// SmallGemmGeometry); row_tiles 0 picks it from the shape as the engine does. The product runs twice
-// on one scratch buffer, as the engine reuses it, and the second result is returned.
+// row_tiles, k_splits, blocks_per_sm: the launch geometry (cuda/small_batch_gemm.h's
+// SmallGemmGeometry); 0, 0, 0 picks it from the shape as the engine does. The product runs twice on
+// one scratch buffer, as the engine reuses it, and the second result is returned.
 LUCE_API luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, const void * w, int64_t nrows, int64_t k,
                                           const float * x, int32_t n, float * y, int32_t row_tiles, int32_t k_splits,
-                                          int32_t blocks_per_sm, int32_t tiles_per_warp);
+                                          int32_t blocks_per_sm);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,6 @@ std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t, bool) 
 } // namespace luce
 
 extern "C" luce_status luce_cuda_small_gemm(int32_t, int32_t, const void *, int64_t, int64_t, const float *, int32_t, float *,
-                                            int32_t, int32_t, int32_t, int32_t) {
+                                            int32_t, int32_t, int32_t) {
     return luce::guarded([] { throw luce::Error(LUCE_ERR_UNSUPPORTED, "this luce build has no CUDA kernels"); });
 }
