@@ -276,7 +276,8 @@ def test_cli_plan_honours_rollback(cli_files):
 
 def test_engine_flags_reach_the_engine(cli_files):
     """--rollback, --small-batch-kernels, --step-graphs, --fuse-weights and --repack-weights become Model/Engine
-    arguments; unsaid ones are left to the engine's defaults (luce_*_default_params)."""
+    arguments (the kernel flags DraftModel arguments too); unsaid ones are left to the engine's defaults
+    (luce_*_default_params)."""
     target, _ = cli_files
     from luce_tui.cli import build_parser
 
@@ -286,6 +287,9 @@ def test_engine_flags_reach_the_engine(cli_files):
         ["--target", target, "--rollback", "snapshot", "--small-batch-kernels", "off", "--step-graphs", "off",
          "--fuse-weights", "off", "--repack-weights", "off"]))
     assert said.engine_params() == {"rollback": "snapshot", "small_batch_kernels": False, "step_graphs": False}
+    # the kernel flags apply to the draft too; unsaid, the draft keeps its defaults
+    assert said.draft_params() == {"small_batch_kernels": False, "step_graphs": False}
+    assert unsaid.draft_params() == {}
     assert said.model_params()["fuse_weights"] is False and said.model_params()["repack_weights"] is False
     assert "repack_weights" not in unsaid.model_params()
     eng = Engine(Model(target, device="cpu", n_threads=1, **{"fuse_weights": False}), n_ctx=256, **said.engine_params())
