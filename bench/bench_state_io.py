@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import llama_cpp  # noqa: F401  (first: see bench_resume.py)
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -24,20 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_resume import drop_from_page_cache  # noqa: E402  (the same "cold" as the resume bench)
 from luce_engine import Engine, Model  # noqa: E402
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf  # noqa: E402
 
 WIDE = TinyConfig(arch="llama", n_vocab=256, n_embd=64, n_layer=64, n_head=32, n_head_kv=32, head_dim=128,
                   n_ff=64, n_ctx_train=8192, seed=11)
-
-
-def drop_from_page_cache(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def main(argv=None) -> int:
