@@ -79,6 +79,16 @@ def build_parser(serve: bool = False) -> argparse.ArgumentParser:
                               "while it waits in the queue or PFlash scores (default: 10)")
         srv.add_argument("--model-name", metavar="NAME",
                          help="the model id in /v1/models and responses (default: the GGUF's file name)")
+        srv.add_argument("--state-dir", metavar="DIR",
+                         help="where the engine's context is saved after each request, so that prefix reuse "
+                              "survives a restart (default: server-states/ in the data directory)")
+        srv.add_argument("--no-state-cache", action="store_true",
+                         help="keep prefix reuse in memory only (no state files read or written)")
+        srv.add_argument("--state-budget-gib", type=float, metavar="GIB",
+                         help="disk budget of the state files; the oldest go first (default: config key "
+                              "state_budget_gib, else 4)")
+        srv.add_argument("--data-dir", metavar="DIR",
+                         help="the data directory (default: $LUCE_DATA_DIR, else $XDG_DATA_HOME/luce)")
         _model_flags(p, chat)
         return p
     p = _Parser(

@@ -382,6 +382,7 @@ class Conversation:
                  stop: threading.Event | None = None, stop_strings: Sequence[str] = (), tools: list | None = None,
                  template_kwargs: dict | None = None, reply_prefix: str = "",
                  admit: Callable[[list[int]], object] | None = None,
+                 restore: Callable[[list[int], int], object] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> TurnResult | None:
         """Generate the assistant's reply to `history` (ending in a user or tool message) on the
         calling thread, handing each event of the reply to `emit` (events.py says their order);
@@ -392,7 +393,9 @@ class Conversation:
         cancel() sets it too. stop_strings end the reply where one appears (cut before it).
         tools, template_kwargs: handed to the chat template (tool definitions, enable_thinking);
         reply_prefix: markup the prompt writes as the start of the reply (not part of its text).
-        admit(prompt ids): raise to refuse a prompt (the app's context budget). An exception
+        admit(prompt ids): raise to refuse a prompt (the app's context budget). restore(prompt ids,
+        tokens the context shares with them): may load a saved context into the engine before the
+        reused prefix is chosen (the server's state files). An exception
         raised by `emit` itself stops the engine and propagates (a closed pipe under -p)."""
         stop = stop or threading.Event()
         self._stop = stop
@@ -412,7 +415,7 @@ class Conversation:
         try:
             try:
                 return self._turn(history, sampling, max_tokens, stop, stop_strings, tools, template_kwargs,
-                                  reply_prefix, admit, out, progress, clock)
+                                  reply_prefix, admit, restore, out, progress, clock)
             except _EmitFailed:
                 raise
             except Exception as e:
@@ -427,7 +430,7 @@ class Conversation:
             self._compressed = []
 
     def _turn(self, history, sampling, max_tokens, stop, stop_strings, tools, template_kwargs, reply_prefix, admit,
-              out, progress, clock) -> TurnResult:
+              restore, out, progress, clock) -> TurnResult:
         # PFlash first: a compressed attachment is what has to fit the context
         self.compress_attachments(history, progress(events.ScoringProgress))
         if stop.is_set():   # a cancel while scoring, or before the scorer cleared its flag
@@ -441,6 +444,8 @@ class Conversation:
             admit(prompt)
         if len(prompt) >= eng.n_ctx:
             raise PromptTooLong(len(prompt), eng.n_ctx)
+        if restore is not None:
+            restore(prompt, common_prefix(eng.tokens, prompt))
         # Keep at least one prompt token to evaluate, so the prefill leaves fresh logits behind.
         keep = min(common_prefix(eng.tokens, prompt), len(prompt) - 1)
         out(events.Started(keep, len(prompt), clock()))

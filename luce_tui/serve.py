@@ -25,6 +25,13 @@ def main(argv: list[str]) -> int:
         parser.error(config.threads_error(args.threads))
     if not args.keepalive > 0:
         parser.error("--keepalive must be > 0 seconds")
+    if args.state_budget_gib < 0:
+        parser.error("--state-budget-gib must be 0 or more")
+    state_dir = None
+    if not args.no_state_cache and args.state_budget_gib > 0:
+        from luce_tui import locations
+
+        state_dir = args.state_dir or str(locations.data_dir(args.data_dir) / "server-states")
     from luce_engine import EngineError
     from luce_engine.chat_template import ChatTemplateError
     from luce_engine.tokenizer import TokenizerError
@@ -43,14 +50,15 @@ def main(argv: list[str]) -> int:
 
     app = create_app(runtime, sampling, ServerOptions(
         api_key=args.api_key, max_queue=args.max_queue, keepalive_s=args.keepalive, model_id=args.model_name,
-        system=args.system, max_tokens=args.max_tokens))
+        system=args.system, max_tokens=args.max_tokens, state_dir=state_dir, state_budget_gib=args.state_budget_gib))
     try:   # bind first, so the address we print is the one that listens (--port 0: a free port)
         sock = socket.create_server((args.host, args.port))
     except OSError as e:
         return cli._fail(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}")
     host, port = sock.getsockname()[:2]
+    saved = f"state files in {state_dir}" if state_dir else "no state files"
     print(f"luce-chat: serving {app.state.model_id} on http://{host}:{port}/v1 "
-          f"({'API key required' if args.api_key else 'no API key'}; Ctrl+C stops)", file=sys.stderr, flush=True)
+          f"({'API key required' if args.api_key else 'no API key'}; {saved}; Ctrl+C stops)", file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning" if not args.verbose else "info",
                                            access_log=args.verbose, timeout_graceful_shutdown=2))
     try:

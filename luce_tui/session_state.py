@@ -50,8 +50,8 @@ class SessionStates:
 
     def __init__(self, data_dir: str | os.PathLike, engine, *, budget_gib: float = 4.0,
                  report: Callable[[str], None] = lambda text: None, busy: Callable[[], bool] = lambda: False,
-                 speculator=None):
-        self.dir = Path(data_dir) / "states"
+                 speculator=None, directory: str | os.PathLike | None = None):
+        self.dir = Path(data_dir) / "states" if directory is None else Path(directory)
         self.engine, self.speculator = engine, speculator
         self.budget = int(budget_gib * GIB)
         self._report, self._busy = report, busy
@@ -162,7 +162,8 @@ class SessionStates:
                 if self._queue.empty():
                     self._idle.set()
 
-    def _save(self, sid: int) -> None:
+    def _save(self, sid: int) -> bool:
+        """Save now, on this thread (the writer's; the server's engine thread); False: not saved (reported)."""
         p = self.path(sid)
         for _ in range(200):   # the reply that started meanwhile is between a verify and its commit
             while self._busy():
@@ -176,7 +177,9 @@ class SessionStates:
             except (StateFileError, OSError) as e:
                 self._warn(f"save:{type(e).__name__}", f"the engine state of this chat was not saved "
                                                        f"(the chat itself is): {e}")
-                return
+                return False
+        else:
+            return False
         s = self.engine.stats()
         if s.get("prefill_ms") and s["n_prefill_tokens"] > 0:   # this process's measured prefill speed
             try:
@@ -185,6 +188,9 @@ class SessionStates:
             except OSError:
                 pass
         self.evict(keep=sid)
+        return True
+
+    save_now = _save
 
     def evict(self, keep: int | None = None) -> list[int]:
         """Remove the oldest state files until they fit the budget (never `keep`); returns their ids."""

@@ -28,7 +28,11 @@ class Server:
 
 @contextlib.contextmanager
 def serve(*flags: str, timeout: float = 60.0):
-    """Start the server with flags (besides COMMON) and yield a Server; stop it afterwards."""
+    """Start the server with flags (besides COMMON) and yield a Server; stop it afterwards. Without
+    --state-dir it keeps no state files (a module's server starts before the tests' data directory
+    is set up, and must not reuse what an earlier run saved)."""
+    if "--state-dir" not in flags:
+        flags = (*flags, "--no-state-cache")
     proc = subprocess.Popen([sys.executable, "-m", "luce_tui", "serve", "--port", "0", *COMMON, *flags],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url, lines = None, []

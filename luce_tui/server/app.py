@@ -10,13 +10,16 @@ Errors are OpenAI-shaped JSON with the right status; nothing a client sends ends
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import secrets
+import sys
 import time
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
@@ -32,6 +35,7 @@ from luce_tui.server import schema
 from luce_tui.server.pflash import ServerPFlash
 from luce_tui.server.reply import ReplyAssembler
 from luce_tui.server.schema import APIError
+from luce_tui.server.states import ServerStates
 from luce_tui.server.worker import DONE, EngineWorker, Job, QueueFull
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
@@ -45,6 +49,13 @@ class ServerOptions:
     model_id: str | None = None    # default: the GGUF's file name
     system: str | None = None      # system prompt for requests that bring none
     max_tokens: int | None = None  # reply limit for requests that set none (None: the context)
+    state_dir: str | None = None   # engine state files kept across restarts (states.py); None: none
+    state_budget_gib: float = 4.0  # their disk budget (the oldest go first)
+    report: object = None          # a problem for the log (one line); default: stderr
+
+
+def _stderr(text: str) -> None:
+    print(f"luce-chat serve: {text}", file=sys.stderr, flush=True)
 
 
 def create_app(runtime, sampling, options: ServerOptions | None = None) -> Starlette:
@@ -56,6 +67,9 @@ def create_app(runtime, sampling, options: ServerOptions | None = None) -> Starl
     conv = Conversation(runtime.engine, speculator=runtime.speculator, compressor=runtime.compressor)
     pflash = ServerPFlash(runtime.compressor, model.tokenizer) if runtime.compressor is not None else None
     worker = EngineWorker(conv, max_queue=opts.max_queue)
+    report = opts.report or _stderr
+    states = (ServerStates(opts.state_dir, runtime.engine, budget_gib=opts.state_budget_gib, report=report,
+                           speculator=runtime.speculator) if opts.state_dir and opts.state_budget_gib > 0 else None)
     created = int(time.time())
     tool_format = _tool_format(model.chat_template.source)
 
@@ -81,7 +95,7 @@ def create_app(runtime, sampling, options: ServerOptions | None = None) -> Starl
         authorize(request)
         req = schema.parse(await request.body(), sampling)
         prefix = _forced_prefix(req, tool_format)
-        job = Job(lambda job: _run(conv, pflash, req, prefix, opts, job), asyncio.get_running_loop())
+        job = Job(lambda job: _run(conv, pflash, states, report, req, prefix, opts, job), asyncio.get_running_loop())
         try:
             worker.submit(job)
         except QueueFull as e:
@@ -98,10 +112,12 @@ def create_app(runtime, sampling, options: ServerOptions | None = None) -> Starl
                 evs = await _until_started(job, gone, worker, asyncio.get_running_loop().time() + opts.keepalive_s)
                 gone.cancel()   # from here Starlette watches the connection (and cancels the stream)
                 return StreamingResponse(_sse(job, reply, worker, opts.keepalive_s, evs),
-                                         media_type="text/event-stream",
+                                         media_type="text/event-stream", background=BackgroundTask(job.sent.set),
                                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-            return JSONResponse(await _collect(job, reply, gone, worker, await _until_started(job, gone, worker)))
+            body = await _collect(job, reply, gone, worker, await _until_started(job, gone, worker))
+            return JSONResponse(body, background=BackgroundTask(job.sent.set))
         except BaseException:
+            job.sent.set()
             worker.cancel(job)
             raise
         finally:
@@ -116,19 +132,27 @@ def create_app(runtime, sampling, options: ServerOptions | None = None) -> Starl
     async def on_error(request: Request, exc: Exception):   # a bug: still JSON, never a traceback to the client
         return JSONResponse(APIError(500, f"internal error: {type(exc).__name__}: {exc}").body(), status_code=500)
 
-    app = Starlette(routes=[
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        # at shutdown a save under way finishes (appends are crash-safe, but it would be lost)
+        await asyncio.to_thread(worker.wait_idle, 10.0)
+
+    app = Starlette(lifespan=lifespan, routes=[
         Route("/health", health, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
     ], exception_handlers={APIError: on_api_error, HTTPException: on_http_error, Exception: on_error})
     app.state.worker, app.state.conversation, app.state.model_id = worker, conv, model_id
+    app.state.states = states
     return app
 
 
 # -- the engine side ----------------------------------------------------------------------------
-def _run(conv: Conversation, pflash: ServerPFlash | None, req: schema.ChatRequest, prefix: str, opts: ServerOptions,
-         job: Job) -> None:
-    """On the engine thread: one turn of the request's conversation."""
+def _run(conv: Conversation, pflash: ServerPFlash | None, states: ServerStates | None, report, req: schema.ChatRequest,
+         prefix: str, opts: ServerOptions, job: Job) -> None:
+    """On the engine thread: one turn of the request's conversation (from a saved prefix when a
+    state file shares more of the prompt than the engine's context), then its save."""
     if job.stop.is_set():
         job.emit(events.Error(GenerationCancelled("cancelled before it started")))
         return
@@ -143,9 +167,26 @@ def _run(conv: Conversation, pflash: ServerPFlash | None, req: schema.ChatReques
         messages, job.info["pflash"] = pflash.apply(messages, progress)
     prompt_text = conv.render(messages, tools=req.tools, template_kwargs=req.template_kwargs)
     job.info["thinking"] = prompt_text.rstrip().endswith("<think>") and not prefix
-    conv.run_turn(messages, sampling=req.sampling, max_tokens=req.max_tokens or opts.max_tokens or conv.engine.n_ctx,
-                  emit=job.emit, stop=job.stop, stop_strings=req.stop, tools=req.tools,
-                  template_kwargs=req.template_kwargs, reply_prefix=prefix)
+    restore = None
+    if states is not None:
+        def restore(prompt: list[int], live: int) -> None:
+            job.info["restored"] = _guarded(report, "restoring", lambda: states.restore(prompt, live))
+
+    result = conv.run_turn(messages, sampling=req.sampling,
+                           max_tokens=req.max_tokens or opts.max_tokens or conv.engine.n_ctx,
+                           emit=job.emit, stop=job.stop, stop_strings=req.stop, tools=req.tools,
+                           template_kwargs=req.template_kwargs, reply_prefix=prefix, restore=restore)
+    if states is not None and result is not None:
+        job.after = lambda: _guarded(report, "saving", states.save)
+
+
+def _guarded(report, what: str, fn):
+    """A state file's trouble costs the reuse, never the request (reported; None)."""
+    try:
+        return fn()
+    except Exception as e:
+        report(f"{what} the engine state failed: {type(e).__name__}: {e}")
+        return None
 
 
 def _tool_format(template: str) -> str | None:
@@ -243,7 +284,12 @@ class _Reply:
                             "predicted_ms": round(r.decode_ms, 3), "predicted_per_second": round(r.decode_tps, 2)},
                 "reused_tokens": r.reused_tokens, "finish": r.finish_reason, "n_steps": r.n_steps,
                 "n_drafted": r.n_drafted, "n_accepted": r.n_accepted, "accept_length": r.accept_length,
-                "pflash": self.job.info.get("pflash")}
+                "pflash": self.job.info.get("pflash"), "restored": self._restored()}
+
+    def _restored(self) -> dict | None:
+        """The saved prefix this request's context came from (a state file), part of reused_tokens."""
+        r = self.job.info.get("restored")
+        return None if r is None else {"n_tokens": r.n_tokens, "ms": round(r.ms, 3), "file": r.file}
 
     def chunk(self, delta: dict, finish: str | None = None, **extra) -> str:
         spans = delta.pop("_spans", None)

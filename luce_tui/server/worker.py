@@ -6,6 +6,8 @@ when it is not already due to wake, so events that pile up while it is busy are 
 at one hop for the lot instead of one per token. cancel() stops a
 running job at the engine's next graph boundary, or drops a waiting one. Whatever a job raises
 ends as an Error event; the thread and the conversation carry on with the next request.
+A job's `after` (the engine state's save) runs on the engine thread once its response has been
+sent (job.sent, or SENT_WAIT_S at most), before the next request starts.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from luce_engine import GenerationCancelled
 from luce_tui import events
 
 DONE = object()   # the last item of a job's queue
+SENT_WAIT_S = 2.0  # how long `after` waits for the response to go out (a client that reads slowly)
 
 
 class QueueFull(Exception):
@@ -35,6 +38,8 @@ class Job:
         self.run, self.loop = run, loop
         self.stop = threading.Event()
         self.info: dict = {}   # what run() learned for the response (set before its first event)
+        self.after: Callable[[], object] | None = None   # set by run(): engine work once the response is out
+        self.sent = threading.Event()                    # set by the response side when it is out
         self._events: collections.deque = collections.deque()
         self._wake_due = False   # a _wake is scheduled on the loop (set by emit, cleared by _wake)
         self._waiter: asyncio.Future | None = None
@@ -92,6 +97,8 @@ class EngineWorker:
         self._cv = threading.Condition()
         self.current: Job | None = None
         self.served = 0
+        self._idle = threading.Event()   # no job and no `after` running
+        self._idle.set()
         self._thread = threading.Thread(target=self._loop, name="luce-serve-engine", daemon=True)
         self._thread.start()
 
@@ -124,6 +131,7 @@ class EngineWorker:
                 while not self._waiting:
                     self._cv.wait()
                 job = self.current = self._waiting.popleft()
+                self._idle.clear()
             try:
                 job.run(job)
             except BaseException as e:   # never lost, never the end of the thread
@@ -139,3 +147,16 @@ class EngineWorker:
                     job.emit(DONE)
                 except RuntimeError:
                     pass
+            if job.after is not None:
+                job.sent.wait(SENT_WAIT_S)
+                try:
+                    job.after()   # it reports its own failures
+                except BaseException:   # and never ends the thread
+                    pass
+            with self._cv:
+                if not self._waiting:
+                    self._idle.set()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Until no request runs and no save is under way (True), or `timeout` seconds (False)."""
+        return self._idle.wait(timeout)
