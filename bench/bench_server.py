@@ -1,6 +1,7 @@
 """`luce-chat serve` against the same engine in-process: decode speed, time to first token, prefix reuse.
 
     python bench/bench_server.py [--target PATH] [--device cpu] [--threads 1] [--tokens 256] [--runs 5]
+                                 [--stream-interval 0,30] [--pin]
 
 Three measurements on one model (default: the bundled SmolLM2), greedy, the server a real
 subprocess on 127.0.0.1 and the official `openai` client streaming from it:
@@ -17,12 +18,20 @@ subprocess on 127.0.0.1 and the official `openai` client streaming from it:
   * prefilled tokens per turn of a 10-turn conversation, with prefix reuse (the server's normal
     path) and without (each request made unique at its start, so nothing can be reused).
 
+--stream-interval A,B,…: one server per value (serve --stream-interval MS), every round streams
+from each, so their ratios share the round's load. Each server's event-loop thread's CPU time per
+streamed token is read from /proc (the server's own cost, whatever the load). --pin: the engine
+thread(s) on their own cores (in-process and in the server), the server's loop and the client on
+the next ones (cpu_pinning.py; needs threads + 1 cores, a spare one for the client with threads + 2).
+
 Prints a table and writes JSON (--json PATH, default bench/results/server.json).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -31,7 +40,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
 
+import cpu_pinning  # noqa: E402
 import luce_engine as le  # noqa: E402
 from luce_engine import Sampling  # noqa: E402
 from luce_tui import events  # noqa: E402
@@ -126,55 +137,95 @@ def main(argv=None) -> int:
     ap.add_argument("--max-ctx", type=int, default=4096)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--stream-interval", default="0", metavar="MS[,MS…]",
+                    help="the servers' --stream-interval values, one server each (default: 0)")
+    ap.add_argument("--pin", action="store_true", help="engine, server loop and client on separate cores")
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "server.json"))
     a = ap.parse_args(argv)
+    intervals = [float(x) for x in a.stream_interval.split(",")]
+    lay = cpu_pinning.layout(a.threads) if a.pin else None
+    if lay:
+        cpu_pinning.pin_self(lay.engine)   # the in-process engine (and any worker thread it starts)
     target = a.target or le.default_model_path()
     model = le.Model(target, device=a.device, n_threads=a.threads)
     conv = Conversation(le.Engine(model, n_ctx=a.max_ctx))
-    out: dict = {"model": Path(target).name, "device": a.device, "threads": a.threads, "tokens": a.tokens}
-    # (these flags come after serve()'s own --device/--threads, so they are the ones that count)
-    with serve("--target", target, "--device", a.device, "--threads", str(a.threads), "--max-ctx", str(a.max_ctx)) as s:
-        client = s.client()
-        local, remote, raw = [], [], []
+    out: dict = {"model": Path(target).name, "device": a.device, "threads": a.threads, "tokens": a.tokens,
+                 "pin": lay.describe() if lay else None, "load_before": os.getloadavg()}
+    flags = ["--target", target, "--device", a.device, "--threads", str(a.threads), "--max-ctx", str(a.max_ctx)]
+    with contextlib.ExitStack() as stack:
+        # (these flags come after serve()'s own --device/--threads, so they are the ones that count)
+        servers = [stack.enter_context(serve(*flags, "--stream-interval", f"{ms:g}")) for ms in intervals]
+        clients = [s.client() for s in servers]
+        for s, c in zip(servers, clients):   # warm-up: the threads exist, the first-request costs are paid
+            through_server(c, [{"role": "user", "content": "Hi!"}], 4)
+
+        def as_client():
+            if lay:
+                for s in servers:
+                    cpu_pinning.pin_server(s.proc.pid, lay)
+                cpu_pinning.pin_self(lay.client)
+
+        def as_engine():
+            if lay:
+                cpu_pinning.pin_self(lay.engine)
+
+        local, remote, raw = [], [[] for _ in servers], [[] for _ in servers]
+        loop_ms = [[] for _ in servers]   # each server's loop thread: CPU ms per streamed token
         for _ in range(a.runs):   # alternate, so machine load hits all alike
+            as_engine()
             conv.engine.truncate(0)
             local.append(in_process(conv, LONG, a.tokens))
-            remote.append(through_server(client, LONG, a.tokens))
-            raw.append(through_server_raw(s.url, LONG, a.tokens))
-        same_text = remote[-1][3] == conv.messages[-1]["content"] == raw[-1][3]
+            as_client()
+            for k, (s, c) in enumerate(zip(servers, clients)):
+                before = cpu_pinning.cpu_ns(s.proc.pid).get(s.proc.pid, 0)
+                remote[k].append(through_server(c, LONG, a.tokens))
+                raw[k].append(through_server_raw(s.url, LONG, a.tokens))
+                used = cpu_pinning.cpu_ns(s.proc.pid).get(s.proc.pid, 0) - before
+                loop_ms[k].append(used / 1e6 / (remote[k][-1][2] + raw[k][-1][2]))
         tps_local = statistics.median(r[1] for r in local)
-        tps_remote = statistics.median(r[1] for r in remote)
-        tps_raw = statistics.median(r[1] for r in raw)
-        # each round's server run over the in-process run just before it: on a shared machine the load
-        # swings between rounds, and a paired ratio cancels what the two runs of a round shared
-        paired = [r[1] / l[1] for l, r in zip(local, remote)]
-        paired_raw = [r[1] / l[1] for l, r in zip(local, raw)]
-        # TTFT with the prompt already in the context: both evaluate one token, the rest is overhead
-        ttft_local, ttft_remote = [], []
-        short = [{"role": "user", "content": "Hi!"}]
-        for _ in range(max(a.runs, 7)):
-            in_process(conv, short, 1)
-            ttft_local.append(in_process(conv, short, 2)[0])
-            through_server(client, short, 1)
-            ttft_remote.append(through_server(client, short, 2)[0])
-        reuse, fresh = ten_turns(client, unique=False), ten_turns(client, unique=True)
-    out.update(decode_tps_in_process=tps_local, decode_tps_server=tps_remote, ratio=tps_remote / tps_local,
-               decode_tps_server_httpx=tps_raw, ratio_httpx=tps_raw / tps_local,
-               paired_ratio_median=statistics.median(paired), paired_ratio_httpx_median=statistics.median(paired_raw),
-               rounds=[{"in_process": l[1], "server": r[1], "server_httpx": w[1]} for l, r, w in zip(local, remote, raw)],
-               same_text=same_text, generated=remote[-1][2],
-               ttft_ms_in_process=1e3 * statistics.median(ttft_local), ttft_ms_server=1e3 * statistics.median(ttft_remote),
-               turns_with_reuse=reuse, turns_without_reuse=fresh)
-    out["ttft_overhead_ms"] = out["ttft_ms_server"] - out["ttft_ms_in_process"]
-    print(f"{out['model']} on {a.device}, {a.threads} thread(s), {out['generated']} tokens, median of {a.runs}")
-    print(f"decode: in-process {tps_local:,.1f} tok/s, through the server {tps_remote:,.1f} tok/s with the openai "
-          f"client ({100 * out['ratio']:.1f}%), {tps_raw:,.1f} tok/s read with httpx ({100 * out['ratio_httpx']:.1f}%); "
-          f"same text: {same_text}")
-    print(f"paired (each round's server run over its in-process run): median {out['paired_ratio_median']:.3f} with the "
-          f"openai client, {out['paired_ratio_httpx_median']:.3f} with httpx; per round: "
-          + ", ".join(f"{r['server'] / r['in_process']:.3f}" for r in out["rounds"]))
-    print(f"TTFT (prompt cached): in-process {out['ttft_ms_in_process']:.1f} ms, server {out['ttft_ms_server']:.1f} ms, "
-          f"overhead {out['ttft_overhead_ms']:.1f} ms")
+        expected = conv.messages[-1]["content"]   # (before the TTFT turns below replace it)
+        out.update(decode_tps_in_process=tps_local, intervals=[], load_after_decode=os.getloadavg())
+        for k, ms in enumerate(intervals):
+            row = {"stream_interval_ms": ms,
+                   "same_text": remote[k][-1][3] == expected == raw[k][-1][3],
+                   "decode_tps_server": statistics.median(r[1] for r in remote[k]),
+                   "decode_tps_server_httpx": statistics.median(r[1] for r in raw[k]),
+                   # each round's server run over the in-process run of that round: the load swings
+                   # between rounds, and a paired ratio cancels what the runs of a round shared
+                   "paired_ratio_median": statistics.median(r[1] / l[1] for l, r in zip(local, remote[k])),
+                   "paired_ratio_httpx_median": statistics.median(r[1] / l[1] for l, r in zip(local, raw[k])),
+                   "per_round": [round(r[1] / l[1], 3) for l, r in zip(local, remote[k])],
+                   "per_round_httpx": [round(r[1] / l[1], 3) for l, r in zip(local, raw[k])],
+                   "loop_cpu_ms_per_token": statistics.median(loop_ms[k]), "generated": remote[k][-1][2]}
+            row["ratio"] = row["decode_tps_server"] / tps_local
+            row["ratio_httpx"] = row["decode_tps_server_httpx"] / tps_local
+            # TTFT with the prompt already in the context: both evaluate one token, the rest is overhead
+            ttft_local, ttft_remote = [], []
+            short = [{"role": "user", "content": "Hi!"}]
+            for _ in range(max(a.runs, 7)):
+                as_engine()
+                in_process(conv, short, 1)
+                ttft_local.append(in_process(conv, short, 2)[0])
+                as_client()
+                through_server(clients[k], short, 1)
+                ttft_remote.append(through_server(clients[k], short, 2)[0])
+            row.update(ttft_ms_in_process=1e3 * statistics.median(ttft_local),
+                       ttft_ms_server=1e3 * statistics.median(ttft_remote))
+            row["ttft_overhead_ms"] = row["ttft_ms_server"] - row["ttft_ms_in_process"]
+            out["intervals"].append(row)
+        reuse, fresh = ten_turns(clients[0], unique=False), ten_turns(clients[0], unique=True)
+    out.update(turns_with_reuse=reuse, turns_without_reuse=fresh, load_after=os.getloadavg())
+    print(f"{out['model']} on {a.device}, {a.threads} thread(s), {a.tokens} tokens, {a.runs} interleaved rounds; "
+          f"{out['pin'] or 'not pinned'}; load average before {out['load_before'][0]:.1f}, "
+          f"after {out['load_after'][0]:.1f}")
+    print(f"in-process: {tps_local:,.1f} tok/s (median)")
+    for r in out["intervals"]:
+        print(f"--stream-interval {r['stream_interval_ms']:g}: {r['decode_tps_server']:,.1f} tok/s with the openai client "
+              f"(ratio {r['ratio']:.3f}, paired median {r['paired_ratio_median']:.3f}), {r['decode_tps_server_httpx']:,.1f} "
+              f"with httpx ({r['ratio_httpx']:.3f}, paired {r['paired_ratio_httpx_median']:.3f}); loop thread "
+              f"{r['loop_cpu_ms_per_token']:.3f} ms CPU/token; TTFT overhead {r['ttft_overhead_ms']:.1f} ms "
+              f"({r['ttft_ms_in_process']:.1f} → {r['ttft_ms_server']:.1f}); same text: {r['same_text']}")
+        print(f"    per round: {r['per_round']}; httpx: {r['per_round_httpx']}")
     print(f"{'turn':>4} {'prompt':>7} | {'reuse: cached':>13} {'prefilled':>9} {'ms':>7} | {'no reuse: prefilled':>19} {'ms':>7}")
     for r, f in zip(reuse, fresh):
         print(f"{r['turn']:>4} {r['prompt_tokens']:>7} | {r['cached']:>13} {r['prefilled']:>9} {r['prefill_ms']:>7.1f} | "

@@ -59,6 +59,9 @@ class _Parser(argparse.ArgumentParser):
                               f"(`{self.prog} --help` lists them)\n")
 
 
+DEFAULT_STREAM_INTERVAL_MS = 20.0  # `serve --stream-interval` (bench/RESULTS.md has the measurement)
+
+
 def build_parser(serve: bool = False) -> argparse.ArgumentParser:
     """The flags of luce-chat; serve=True: those of `luce-chat serve` (the same model, engine,
     speculation, PFlash and sampling flags, and the server's own instead of the modes)."""
@@ -79,6 +82,11 @@ def build_parser(serve: bool = False) -> argparse.ArgumentParser:
                               "while it waits in the queue or PFlash scores (default: 10)")
         srv.add_argument("--model-name", metavar="NAME",
                          help="the model id in /v1/models and responses (default: the GGUF's file name)")
+        srv.add_argument("--stream-interval", type=float, default=DEFAULT_STREAM_INTERVAL_MS, metavar="MS",
+                         help="a streamed step that comes sooner than this after the last one sent goes out with "
+                              "the next, in one chunk: less work a token for the server and the client when "
+                              "tokens come fast; the first token is never held (default: "
+                              f"{DEFAULT_STREAM_INTERVAL_MS:g}; 0: a chunk every step)")
         srv.add_argument("--state-dir", metavar="DIR",
                          help="where the engine's context is saved after each request, so that prefix reuse "
                               "survives a restart (default: server-states/ in the data directory)")

@@ -25,6 +25,8 @@ def main(argv: list[str]) -> int:
         parser.error(config.threads_error(args.threads))
     if not args.keepalive > 0:
         parser.error("--keepalive must be > 0 seconds")
+    if not args.stream_interval >= 0:
+        parser.error("--stream-interval must be 0 or more milliseconds")
     if args.state_budget_gib < 0:
         parser.error("--state-budget-gib must be 0 or more")
     state_dir = None
@@ -50,7 +52,8 @@ def main(argv: list[str]) -> int:
 
     app = create_app(runtime, sampling, ServerOptions(
         api_key=args.api_key, max_queue=args.max_queue, keepalive_s=args.keepalive, model_id=args.model_name,
-        system=args.system, max_tokens=args.max_tokens, state_dir=state_dir, state_budget_gib=args.state_budget_gib))
+        system=args.system, max_tokens=args.max_tokens, state_dir=state_dir, state_budget_gib=args.state_budget_gib,
+        stream_interval_ms=args.stream_interval))
     try:   # bind first, so the address we print is the one that listens (--port 0: a free port)
         sock = socket.create_server((args.host, args.port))
     except OSError as e:

@@ -61,6 +61,17 @@ def test_greedy_answer_equals_in_process_streaming_and_not(client, conv):
     assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 5   # it streams
 
 
+def test_a_stream_interval_sends_fast_steps_together(conv):
+    """--stream-interval: the first token alone (TTFT), the steps within the interval after it in one
+    chunk; the text is the same."""
+    expected = in_process(conv, QUESTION)
+    with serve("--max-ctx", str(CTX), "--stream-interval", "5000") as s:
+        text, finish, chunks = stream_text(s.client(), messages=QUESTION, temperature=0, max_tokens=24)
+    contents = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert text == expected.text and finish == ["length"]
+    assert len(contents) == 2, contents   # the first step's text, then the other 23 tokens' at the end
+
+
 def test_models_and_health(server, client):
     models = client.models.list().data
     assert [m.id for m in models] == ["SmolLM2-135M-Instruct.Q4_1"]

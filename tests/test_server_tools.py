@@ -22,9 +22,11 @@ XML_SCRIPT = ["<tool_call>", "\n<function=get_weather>", "\n<parameter=city>", "
               "\n<parameter=days>", "\n3\n", "</parameter>", "\n</function>", "\n</tool_call>"]
 
 
-def _server(tmp_path_factory, name, script, template):
+def _server(tmp_path_factory, name, script, template, *flags):
+    # --stream-interval 0: a scripted model's tokens come microseconds apart, and these tests are
+    # about what each token's step sends (the default would merge them, tested below)
     path = write_scripted_gguf(tmp_path_factory.mktemp("scripted") / f"{name}.gguf", script, template=template)
-    return serve("--target", path, "--max-ctx", "1024")
+    return serve("--target", path, "--max-ctx", "1024", *(flags or ("--stream-interval", "0")))
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +53,17 @@ def test_json_tool_call_streams_name_then_argument_fragments(json_server):
     assert all(c.index == 0 and c.id is None for c in calls[1:])
     assert json.loads("".join(fragments)) == {"city": "Paris", "days": 3}
     assert finish == ["tool_calls"]
+
+
+def test_merged_steps_give_the_same_call(tmp_path_factory):
+    """The default --stream-interval merges the fast steps: the call's argument fragments go out
+    together, the parsed call is the same."""
+    with _server(tmp_path_factory, "json-tools-merged", JSON_SCRIPT, QWEN3_TOOLS, "--stream-interval", "5000") as s:
+        content, calls, finish = _tool_stream(s.client())
+    assert content == "Let me check." and finish == ["tool_calls"]
+    assert calls[0].function.name == "get_weather" and calls[0].id.startswith("call_")
+    fragments = [c.function.arguments for c in calls[1:]]
+    assert len(fragments) == 1 and json.loads(fragments[0]) == {"city": "Paris", "days": 3}
 
 
 def test_json_tool_call_round_trip(json_server):

@@ -6,6 +6,7 @@ import json
 import threading
 
 from luce_engine import Sampling
+from luce_tui import events
 from luce_tui.server import schema
 from luce_tui.server.app import _Reply
 from luce_tui.server.worker import Job
@@ -46,5 +47,35 @@ def test_events_emitted_while_the_loop_is_busy_arrive_together_in_order():
         await asyncio.sleep(0)
         job.interrupt()                 # the client left: the wait ends without an event
         assert await waiter is False
+
+    asyncio.run(main())
+
+
+def test_a_stream_interval_holds_fast_steps_for_the_next_event():
+    """--stream-interval: the first step wakes the loop at once; steps that follow within the
+    interval do not (they go with the next event); anything but a step always wakes it."""
+    async def main():
+        job = Job(lambda job: None, asyncio.get_running_loop(), stream_interval=60.0)
+
+        def emit(*evs):   # from another thread, as the engine does
+            t = threading.Thread(target=lambda: [job.emit(e) for e in evs])
+            t.start()
+            t.join()
+
+        steps = [events.Step([], [], str(i), []) for i in range(3)]
+        waiter = asyncio.ensure_future(job.wait())
+        await asyncio.sleep(0)
+        emit(steps[0])
+        await asyncio.wait_for(waiter, 5)   # the first step: at once
+        assert job.take() == [steps[0]]
+        waiter = asyncio.ensure_future(job.wait())
+        await asyncio.sleep(0)
+        emit(steps[1], steps[2])
+        await asyncio.sleep(0.1)
+        assert not waiter.done()            # within the interval: held
+        end = events.Finished(None)
+        emit(end)
+        await asyncio.wait_for(waiter, 5)
+        assert job.take() == [steps[1], steps[2], end]
 
     asyncio.run(main())

@@ -33,7 +33,7 @@ from luce_tui import events
 from luce_tui.conversation import Conversation, ConversationError, PromptTooLong
 from luce_tui.server import schema
 from luce_tui.server.pflash import ServerPFlash
-from luce_tui.server.reply import ReplyAssembler
+from luce_tui.server.reply import ReplyAssembler, merge
 from luce_tui.server.schema import APIError
 from luce_tui.server.states import ServerStates
 from luce_tui.server.worker import DONE, EngineWorker, Job, QueueFull
@@ -52,6 +52,7 @@ class ServerOptions:
     state_dir: str | None = None   # engine state files kept across restarts (states.py); None: none
     state_budget_gib: float = 4.0  # their disk budget (the oldest go first)
     report: object = None          # a problem for the log (one line); default: stderr
+    stream_interval_ms: float = 20.0  # steps sooner than this after the last sent one go out with the next (worker.py)
 
 
 def _stderr(text: str) -> None:
@@ -95,7 +96,8 @@ def create_app(runtime, sampling, options: ServerOptions | None = None) -> Starl
         authorize(request)
         req = schema.parse(await request.body(), sampling)
         prefix = _forced_prefix(req, tool_format)
-        job = Job(lambda job: _run(conv, pflash, states, report, req, prefix, opts, job), asyncio.get_running_loop())
+        job = Job(lambda job: _run(conv, pflash, states, report, req, prefix, opts, job), asyncio.get_running_loop(),
+                  stream_interval=opts.stream_interval_ms / 1e3)
         try:
             worker.submit(job)
         except QueueFull as e:
@@ -418,7 +420,8 @@ async def _sse(job: Job, reply: _Reply, worker: EngineWorker, keepalive_s: float
     in the queue or PFlash is scoring): then a keep-alive goes first and errors before Started
     come as an error event. A keep-alive follows every `keepalive_s` seconds in which nothing else
     was sent (a long prefill, a tool call's text held back, a wait in the queue). What has arrived
-    together goes out in one write. A client that disconnects cancels the generation (Starlette
+    together goes out in one write; with a stream interval the deltas of steps in a row as one
+    chunk where they merge (content with content, one call's argument fragments with each other). A client that disconnects cancels the generation (Starlette
     cancels this generator)."""
     loop = job.loop
     finished = False
@@ -433,7 +436,11 @@ async def _sse(job: Job, reply: _Reply, worker: EngineWorker, keepalive_s: float
                 await job.wait()
                 evs = job.take()
             parts, done = [], False
+            deltas: list[dict] = []   # of the steps in a row: one chunk for the lot where they merge
             for ev in evs:
+                if deltas and type(ev) is not events.Step:
+                    parts.extend(reply.chunk(d) for d in merge(deltas))
+                    deltas = []
                 if ev is DONE:
                     done = True
                     break
@@ -443,8 +450,10 @@ async def _sse(job: Job, reply: _Reply, worker: EngineWorker, keepalive_s: float
                         parts.append(reply.chunk({"role": "assistant", "content": ""}))
                         parts.extend(reply.chunk(delta) for delta in reply.asm.opening)
                     case events.Step():
-                        for delta in reply.asm.feed(ev):
-                            parts.append(reply.chunk(delta))
+                        if job.stream_interval:
+                            deltas += reply.asm.feed(ev)
+                        else:   # --stream-interval 0: a chunk for every step
+                            parts.extend(reply.chunk(d) for d in reply.asm.feed(ev))
                         if reply.enough_calls():
                             worker.cancel(job)
                     case events.Finished(result=result):
@@ -463,6 +472,8 @@ async def _sse(job: Job, reply: _Reply, worker: EngineWorker, keepalive_s: float
                             parts.append(f"data: {json.dumps(body)}\n\n")
                     case events.Error(error=error):   # after the stream began: an error event, then the end
                         parts.append(f"data: {json.dumps(_api_error(error).body())}\n\n")
+            if deltas:
+                parts.extend(reply.chunk(d) for d in merge(deltas))
             evs = []
             if parts:
                 yield "".join(parts) if len(parts) > 1 else parts[0]

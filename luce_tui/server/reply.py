@@ -27,7 +27,7 @@ class ReplyAssembler:
         self.opening: list[dict] = []   # the prefix's deltas (a forced call's id and name), sent first
         if prefix:
             self._answer(prefix, False, self.opening)
-            self.opening = _merge(self.opening)
+            self.opening = merge(self.opening)
 
     @property
     def calls(self):
@@ -37,7 +37,7 @@ class ReplyAssembler:
         out: list[dict] = []
         for text, drafted in step.spans:
             self._piece(text, drafted, out)
-        return _merge(out)
+        return merge(out)
 
     def finish(self) -> list[dict]:
         out: list[dict] = []
@@ -49,7 +49,7 @@ class ReplyAssembler:
                 self._channel(channel, text, drafted, out)
         if self.tools is not None:
             self._tool_deltas(self.tools.finish(), out, False)
-        return _merge(out)
+        return merge(out)
 
     # -- routing -------------------------------------------------------------------------------
     def _piece(self, text: str, drafted: bool, out: list[dict]) -> None:
@@ -97,7 +97,7 @@ class ReplyAssembler:
                 out.append({"tool_calls": [{"index": d.index, "function": {"arguments": d.arguments}}]})
 
 
-def _merge(deltas: list[dict]) -> list[dict]:
+def merge(deltas: list[dict]) -> list[dict]:
     """Adjacent deltas of the same kind as one (a step's spans make one content delta)."""
     out: list[dict] = []
     for d in deltas:

@@ -3,7 +3,11 @@
 A request is a Job: its turn runs on the engine thread (Conversation.run_turn) and its events
 cross to the event loop through the job's deque; the loop is woken (call_soon_threadsafe) only
 when it is not already due to wake, so events that pile up while it is busy are taken together,
-at one hop for the lot instead of one per token. cancel() stops a
+at one hop for the lot instead of one per token. With a stream interval, a step that comes sooner
+than that after the last step that woke the loop does not wake it: it waits for the next event
+(the next step or the end), so a fast stream costs the loop and the client one wake and one
+chunk per interval instead of one per token; the first step always wakes at once (TTFT is not
+delayed), and no step waits longer than the next one takes. cancel() stops a
 running job at the engine's next graph boundary, or drops a waiting one. Whatever a job raises
 ends as an Error event; the thread and the conversation carry on with the next request.
 A job's `after` (the engine state's save) runs on the engine thread once its response has been
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import threading
+import time
 from typing import Callable
 
 from luce_engine import GenerationCancelled
@@ -34,8 +39,11 @@ class QueueFull(Exception):
 class Job:
     """One request: run(job) is called on the engine thread and hands its events to job.emit."""
 
-    def __init__(self, run: Callable[["Job"], object], loop: asyncio.AbstractEventLoop):
+    def __init__(self, run: Callable[["Job"], object], loop: asyncio.AbstractEventLoop, *,
+                 stream_interval: float = 0.0):
         self.run, self.loop = run, loop
+        self.stream_interval = stream_interval   # seconds (0: every step wakes the loop)
+        self._step_woke = float("-inf")          # when a step last woke it (engine thread only)
         self.stop = threading.Event()
         self.info: dict = {}   # what run() learned for the response (set before its first event)
         self.after: Callable[[], object] | None = None   # set by run(): engine work once the response is out
@@ -47,9 +55,15 @@ class Job:
     def emit(self, ev) -> None:
         """From the engine thread (or the loop): queue an event for the response."""
         self._events.append(ev)
-        if not self._wake_due:   # one producer sets it, the loop clears it: at worst one wake too many
-            self._wake_due = True
-            self.loop.call_soon_threadsafe(self._wake)
+        if self._wake_due:   # one producer sets it, the loop clears it: at worst one wake too many
+            return
+        if self.stream_interval and type(ev) is events.Step:
+            now = time.monotonic()
+            if now - self._step_woke < self.stream_interval:
+                return   # goes with the next event
+            self._step_woke = now
+        self._wake_due = True
+        self.loop.call_soon_threadsafe(self._wake)
 
     def _wake(self) -> None:
         self._wake_due = False   # before the consumer drains: an event emitted from here on wakes again
