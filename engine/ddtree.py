@@ -57,13 +57,16 @@ def top_candidates(logits: np.ndarray, k: int, temperature: float = 1.0) -> tupl
         raise ValueError("k must be >= 1")
     if temperature <= 0:
         raise ValueError("the tree temperature must be > 0")
-    lp = log_softmax(np.asarray(logits, dtype=np.float64) / temperature)
-    k = min(k, lp.shape[-1])
-    part = np.argpartition(-lp, k - 1, axis=-1)[:, :k]
-    vals = np.take_along_axis(lp, part, axis=-1)
+    x = np.asarray(logits, dtype=np.float32)
+    if temperature != 1.0:
+        x = x / np.float32(temperature)
+    k = min(k, x.shape[-1])
+    m = x.max(axis=-1, keepdims=True)
+    lse = m.astype(np.float64) + np.log(np.exp(x - m).sum(axis=-1, keepdims=True, dtype=np.float64))
+    part = np.argpartition(-x, k - 1, axis=-1)[:, :k]   # the logits rank as their log-probs do
+    vals = np.take_along_axis(x, part, axis=-1).astype(np.float64) - lse
     order = np.lexsort((part, -vals), axis=-1)   # by value, then id: deterministic
-    toks = np.take_along_axis(part, order, axis=-1)
-    return toks.astype(np.int64), np.take_along_axis(vals, order, axis=-1)
+    return np.take_along_axis(part, order, axis=-1).astype(np.int64), np.take_along_axis(vals, order, axis=-1)
 
 
 def build_tree(root: int, tokens: np.ndarray, logp: np.ndarray, budget: int, *, max_depth: int | None = None) -> Tree:
