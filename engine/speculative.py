@@ -103,6 +103,10 @@ class ChainSpeculator:
         self._pending, self._pending_at = None, -1
         self._injected = max(0, self.engine.n_past - int(n_captured))
 
+    def describe(self) -> str:
+        """The mode in use, for the stats line and /model."""
+        return f"chain of {self.max_draft}"
+
     def prepare(self) -> None:
         """Attach once; later calls keep the capture and the drafter's context."""
         if not self._attached:

@@ -68,6 +68,9 @@ class TreeSpeculator(ChainSpeculator):
         self.n_tree_nodes = 0   # nodes verified, roots not counted (stats.n_drafted counts the same)
         self.last_tree: Tree | None = None
 
+    def describe(self) -> str:
+        return f"tree, budget {self.budget}"
+
     def _walk(self, tree: Tree, sampling: Sampling, native, stop_ids) -> tuple[list[int], int | None]:
         """The acceptance rule: from the root, the target's choice y at each node picks the child
         carrying y; returns the accepted path (root first) and the next pending token (None when
