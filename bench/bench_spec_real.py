@@ -2,10 +2,11 @@
 prompts of its corpus (tools/dflash_train/corpus.py, never trained on), plain vs speculative.
 
     python bench/bench_spec.py --real [--device cpu] [--threads 2] [--per-category 40] [--tokens 256]
+    python bench/bench_spec.py --real --spec both --tree-budget 4,8,16,22,32 --temps 0,0.7
 
 Per temperature (0 and 0.7, same seed for plain and speculative): AL per category (tokens
 emitted per target verify), acceptance rate, acceptance by draft position (share of steps whose
-i-th draft was accepted), decode tok/s plain vs speculative (prefill excluded), draft and verify ms
+i-th draft was accepted), per mode (chain, and DDTree at each --tree-budget), decode tok/s plain vs speculative (prefill excluded), draft and verify ms
 per step. Each reply ends at the model's end of turn or after --tokens tokens. JSON to bench/results/.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 from luce_engine import DraftModel, Engine, Model, Sampling, default_model_path
 from luce_engine.default_draft import shipped_draft_path
 from luce_engine.speculative import ChainSpeculator, SpecStats
+from luce_engine.tree_speculative import TreeSpeculator
 from tools.dflash_train.corpus import CATEGORIES, heldout_prompts
 from tools.dflash_train.prompt_ids import PromptEncoder
 
@@ -35,6 +37,35 @@ def _decode(eng: Engine, ids: list[int], sampling: Sampling, n: int, spec=None) 
     return out, time.perf_counter() - t0
 
 
+def _modes(args) -> list[tuple[str, int]]:
+    """(name, tree budget; 0 = chain) for --spec chain|tree|both and --tree-budget."""
+    budgets = [int(b) for b in str(args.tree_budget).split(",") if b]
+    spec = getattr(args, "spec", "chain") or "chain"
+    modes = [("chain", 0)] if spec in ("chain", "both") else []
+    if spec in ("tree", "both"):
+        modes += [(f"tree{b}", b) for b in budgets]
+    return modes
+
+
+def _summary(per_cat, acc_at, steps_k, totals) -> dict:
+    plain_tok, plain_s, spec_tok, spec_s, draft_ms, verify_ms, same, nodes = totals
+    steps = sum(c["steps"] for c in per_cat.values())
+    emitted = sum(c["emitted"] for c in per_cat.values())
+    drafted = sum(c["drafted"] for c in per_cat.values())
+    accepted = sum(c["accepted"] for c in per_cat.values())
+    return {
+        "al": emitted / steps, "acceptance_rate": accepted / drafted if drafted else 0.0,
+        "al_by_category": {c: v["emitted"] / v["steps"] if v["steps"] else 0.0 for c, v in per_cat.items()},
+        "acceptance_by_position": (acc_at / steps).round(4).tolist(),
+        "plain_tok_s": plain_tok / plain_s, "spec_tok_s": spec_tok / spec_s,
+        "speedup": (spec_tok / spec_s) / (plain_tok / plain_s),
+        "draft_ms_per_step": draft_ms / steps, "verify_ms_per_step": verify_ms / steps,
+        "verified_per_step": nodes / steps + 1,
+        "steps": steps, "tokens_plain": plain_tok, "tokens_spec": spec_tok,
+        "replies_identical_to_plain": same, "per_category": per_cat,
+    }
+
+
 def run(args) -> dict:
     target = args.target or default_model_path()
     draft_path = args.draft or shipped_draft_path()
@@ -45,55 +76,45 @@ def run(args) -> dict:
     prompts = heldout_prompts()
     if args.per_category:
         prompts = [p for c in CATEGORIES for p in [q for q in prompts if q.category == c][:args.per_category]]
+    modes = _modes(args)
     n_ctx = max(len(enc.encode(p.messages())) for p in prompts) + args.tokens + 64
-    eng = Engine(model, n_ctx=n_ctx, n_verify_max=k + 1)
-    spec = ChainSpeculator(eng, draft, max_draft=k)
+    eng = Engine(model, n_ctx=n_ctx, n_verify_max=max([k + 1] + [b + 1 for _, b in modes]))
+    specs = {name: ChainSpeculator(eng, draft, max_draft=k) if b == 0 else
+             TreeSpeculator(eng, draft, budget=b, max_depth=k) for name, b in modes}
     warm = enc.encode(prompts[0].messages())
     _decode(eng, warm, Sampling(), 32)
-    _decode(eng, warm, Sampling(), 32, spec)
+    for spec in specs.values():
+        _decode(eng, warm, Sampling(), 32, spec)
 
     result = {"target": target, "draft": draft_path, "device": model.device, "threads": args.threads,
               "draft_max": k, "tokens": args.tokens, "n_prompts": len(prompts),
-              "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "temperatures": {}}
-    for temp in (0.0, 0.7):
-        per_cat = {c: {"emitted": 0, "steps": 0, "drafted": 0, "accepted": 0} for c in CATEGORIES}
-        acc_at = np.zeros(k)
-        plain_tok = spec_tok = 0
-        plain_s = spec_s = draft_ms = verify_ms = 0.0
-        same = 0
+              "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "modes": {m: {"temperatures": {}} for m, _ in modes}}
+    for temp in [float(t) for t in str(args.temps).split(",") if t]:
+        acc = {m: ({c: {"emitted": 0, "steps": 0, "drafted": 0, "accepted": 0} for c in CATEGORIES}, np.zeros(k),
+                   [0, 0.0, 0, 0.0, 0.0, 0.0, 0, 0]) for m, _ in modes}
         for i, p in enumerate(prompts):
             ids = enc.encode(p.messages())
             sampling = Sampling(temperature=temp, seed=1000 + i)
             plain, tp = _decode(eng, ids, sampling, args.tokens)
-            got, ts = _decode(eng, ids, sampling, args.tokens, spec)
-            st = spec.stats
-            same += int(got == plain)
-            plain_tok, plain_s = plain_tok + len(plain), plain_s + tp
-            spec_tok, spec_s = spec_tok + len(got), spec_s + ts
-            draft_ms, verify_ms = draft_ms + st.draft_ms, verify_ms + st.verify_ms
-            c = per_cat[p.category]
-            c["emitted"] += st.n_emitted
-            c["steps"] += st.n_steps
-            c["drafted"] += st.n_drafted
-            c["accepted"] += st.n_accepted
-            for j, a in enumerate(st.accepted_at[:k]):
-                acc_at[j] += a
-        steps = sum(c["steps"] for c in per_cat.values())
-        emitted = sum(c["emitted"] for c in per_cat.values())
-        drafted = sum(c["drafted"] for c in per_cat.values())
-        accepted = sum(c["accepted"] for c in per_cat.values())
-        result["temperatures"][str(temp)] = {
-            "al": emitted / steps, "acceptance_rate": accepted / drafted if drafted else 0.0,
-            "al_by_category": {c: v["emitted"] / v["steps"] if v["steps"] else 0.0 for c, v in per_cat.items()},
-            "acceptance_by_position": (acc_at / steps).round(4).tolist(),
-            "plain_tok_s": plain_tok / plain_s, "spec_tok_s": spec_tok / spec_s,
-            "speedup": (spec_tok / spec_s) / (plain_tok / plain_s),
-            "draft_ms_per_step": draft_ms / steps, "verify_ms_per_step": verify_ms / steps,
-            "steps": steps, "tokens_plain": plain_tok, "tokens_spec": spec_tok,
-            "replies_identical_to_plain": same, "per_category": per_cat,
-        }
-        print(f"T={temp}: " + json.dumps({k: v for k, v in result["temperatures"][str(temp)].items()
-                                          if k != "per_category"}), flush=True)
+            for m, spec in specs.items():
+                got, ts = _decode(eng, ids, sampling, args.tokens, spec)
+                st = spec.stats
+                per_cat, acc_at, t = acc[m]
+                for j, x in enumerate((len(plain), tp, len(got), ts, st.draft_ms, st.verify_ms, int(got == plain),
+                                       st.n_drafted)):
+                    t[j] += x
+                c = per_cat[p.category]
+                c["emitted"] += st.n_emitted
+                c["steps"] += st.n_steps
+                c["drafted"] += st.n_drafted
+                c["accepted"] += st.n_accepted
+                for j, a in enumerate(st.accepted_at[:k]):
+                    acc_at[j] += a
+        for m, _ in modes:
+            r = result["modes"][m]["temperatures"][str(temp)] = _summary(acc[m][0], acc[m][1], k, acc[m][2])
+            print(f"{m} T={temp}: " + json.dumps({x: v for x, v in r.items() if x != "per_category"}), flush=True)
+    if "chain" in result["modes"]:
+        result["temperatures"] = result["modes"]["chain"]["temperatures"]   # the layout before tree modes
     return result
 
 
@@ -101,17 +122,20 @@ def report(result: dict) -> None:
     print(f"\n{Path(result['target']).name} + {Path(result['draft']).name} on {result['device']} "
           f"({result['threads']} threads), K={result['draft_max']}, {result['n_prompts']} held-out prompts, "
           f"up to {result['tokens']} tokens each")
-    print(f"{'T':>4}{'AL':>6}" + "".join(f"{c:>7}" for c in CATEGORIES) +
-          f"{'acc%':>6}{'plain':>8}{'spec':>8}{'x':>6}{'draft':>7}{'verify':>8}{'same':>6}")
-    for t, r in result["temperatures"].items():
-        print(f"{float(t):>4g}{r['al']:>6.2f}" + "".join(f"{r['al_by_category'][c]:>7.2f}" for c in CATEGORIES) +
-              f"{100 * r['acceptance_rate']:>6.1f}{r['plain_tok_s']:>8.1f}{r['spec_tok_s']:>8.1f}"
-              f"{r['speedup']:>6.2f}{r['draft_ms_per_step']:>7.1f}{r['verify_ms_per_step']:>8.1f}"
-              f"{r['replies_identical_to_plain']:>6d}")
-    for t, r in result["temperatures"].items():
-        print(f"T={t} acceptance by position: " + " ".join(f"{x:.2f}" for x in r["acceptance_by_position"]))
-    print("(AL = tokens per target verify; plain/spec = decode tok/s, prefill excluded; draft/verify = ms per "
-          "step; same = replies identical to plain decoding)")
+    print(f"{'mode':>8}{'T':>5}{'AL':>6}" + "".join(f"{c:>7}" for c in CATEGORIES) +
+          f"{'acc%':>6}{'rows':>6}{'plain':>8}{'spec':>8}{'x':>6}{'draft':>7}{'verify':>8}{'same':>6}")
+    for m, mode in result["modes"].items():
+        for t, r in mode["temperatures"].items():
+            print(f"{m:>8}{float(t):>5g}{r['al']:>6.2f}" + "".join(f"{r['al_by_category'][c]:>7.2f}" for c in CATEGORIES) +
+                  f"{100 * r['acceptance_rate']:>6.1f}{r['verified_per_step']:>6.1f}{r['plain_tok_s']:>8.1f}"
+                  f"{r['spec_tok_s']:>8.1f}{r['speedup']:>6.2f}{r['draft_ms_per_step']:>7.1f}"
+                  f"{r['verify_ms_per_step']:>8.1f}{r['replies_identical_to_plain']:>6d}")
+    for m, mode in result["modes"].items():
+        for t, r in mode["temperatures"].items():
+            print(f"{m} T={t} acceptance by depth: " + " ".join(f"{x:.2f}" for x in r["acceptance_by_position"]))
+    print("(AL = tokens per target verify; rows = tokens verified per step; plain/spec = decode tok/s, prefill "
+          "excluded; draft/verify = ms per step (tree: verify includes the walk and commit); same = replies "
+          "identical to plain decoding)")
 
 
 def main(args) -> int:

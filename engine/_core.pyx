@@ -361,6 +361,25 @@ cdef class CoreEngine:
             st = luce_engine_commit(self.ptr, k)
         _check(st)
 
+    def verify_tree(self, tokens, parents, bint keep_pre_logits=True):
+        cdef int32_t[::1] buf = np.ascontiguousarray(tokens, dtype=np.int32)
+        cdef int32_t[::1] par = np.ascontiguousarray(parents, dtype=np.int32)
+        cdef int32_t n = buf.shape[0]
+        cdef luce_status st
+        if n == 0 or par.shape[0] != n:
+            raise ValueError("verify_tree needs at least one node and one parent id per node")
+        with nogil:
+            st = luce_engine_verify_tree(self.ptr, &buf[0], &par[0], n, keep_pre_logits)
+        _check(st)
+
+    def commit_path(self, nodes):
+        cdef int32_t[::1] buf = np.ascontiguousarray(list(nodes) or [0], dtype=np.int32)
+        cdef int32_t k = len(nodes)
+        cdef luce_status st
+        with nogil:
+            st = luce_engine_commit_path(self.ptr, &buf[0], k)
+        _check(st)
+
     def set_capture(self, layers, bint output_convention=False, int ring_size=4096):
         cdef int32_t[::1] buf = np.ascontiguousarray(list(layers) or [0], dtype=np.int32)
         cdef int32_t n = len(layers)

@@ -131,6 +131,9 @@ cdef extern from "luce.h" nogil:
     luce_status luce_engine_truncate(luce_engine * engine, int32_t n)
     luce_status luce_engine_verify(luce_engine * engine, const int32_t * tokens, int32_t n, bint keep_pre_logits)
     luce_status luce_engine_commit(luce_engine * engine, int32_t k)
+    luce_status luce_engine_verify_tree(luce_engine * engine, const int32_t * tokens, const int32_t * parents,
+                                        int32_t n, bint keep_pre_logits)
+    luce_status luce_engine_commit_path(luce_engine * engine, const int32_t * nodes, int32_t k)
     luce_status luce_engine_checkpoint(luce_engine * engine)
     luce_status luce_engine_set_capture(luce_engine * engine, const int32_t * layers, int32_t n_layers,
                                         bint output_convention, int32_t ring_size)

@@ -189,6 +189,23 @@ class Engine:
         with self._lock:
             self._core.commit(k)
 
+    def verify_tree(self, tokens: Sequence[int], parents: Sequence[int], *, logits: bool = True,
+                    keep_pre_logits: bool = True) -> np.ndarray:
+        """Tree verification (dense models): node i carries tokens[i], node 0 is the root (parent -1),
+        parents[i] < i. Each node attends to the context and its own root path at position
+        n_past + depth; returns per node the logits [n, n_vocab] (logits=False: the greedy tokens).
+        Follow with commit_path(). Hybrid models raise UnsupportedModelError."""
+        with self._lock:
+            self._core.verify_tree(np.asarray(list(tokens), dtype=np.int32), np.asarray(list(parents), dtype=np.int32),
+                                   keep_pre_logits)
+            return self._core.all_logits() if logits else self._core.all_argmax()
+
+    def commit_path(self, nodes: Sequence[int]) -> None:
+        """Keep the root-to-node path `nodes` (nodes[0] = 0, each a child of the one before) of the
+        pending verify_tree() (or verify()); its K/V and captured features move into place."""
+        with self._lock:
+            self._core.commit_path([int(x) for x in nodes])
+
     def truncate(self, n: int) -> None:
         """Keep the first n tokens of the context (logits for the next position are recomputed)."""
         with self._lock:

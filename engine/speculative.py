@@ -103,6 +103,10 @@ class ChainSpeculator:
         self._pending, self._pending_at = None, -1
         self._injected = max(0, self.engine.n_past - int(n_captured))
 
+    def describe(self) -> str:
+        """The mode in use, for the stats line and /model."""
+        return f"chain of {self.max_draft}"
+
     def prepare(self) -> None:
         """Attach once; later calls keep the capture and the drafter's context."""
         if not self._attached:
@@ -128,13 +132,10 @@ class ChainSpeculator:
         """The acceptance rule: a draft is kept when it is the target's own choice."""
         return drafted == target
 
-    def step(self, sampling: Sampling, *, max_emit: int | None = None, stop_ids: frozenset[int] | set = frozenset()):
-        """Commits 1..max_draft+1 tokens; returns a StepResult with per-token provenance.
-
-        max_emit bounds the tokens committed; an id in stop_ids (end of generation) ends the
-        step right after it, so the context never runs past where plain decoding stops."""
-        from luce_engine.engine import StepResult
-
+    def _begin(self, sampling: Sampling, max_emit: int | None, stop_ids):
+        """What every step starts with: the native sampler (None: plain greedy), the context length c,
+        the pending token x0 and how many tokens may be drafted after it (the block, max_emit and
+        the context allow; 0 when x0 ends generation)."""
         eng = self.engine
         native = None if (sampling.greedy and sampling.repeat_penalty == 1.0 and sampling.presence_penalty == 0.0) \
             else eng._native_params(sampling)
@@ -150,7 +151,30 @@ class ChainSpeculator:
         if n_draft < self.max_draft:
             reason = "context" if room < self.max_draft else "max_tokens"
             self.stats.not_speculated[reason] = self.stats.not_speculated.get(reason, 0) + 1
+        return native, c, x0, n_draft
 
+    def _record(self, n_drafted: int, accepted: int, t0: float, t1: float, t2: float) -> None:
+        s = self.stats
+        s.n_steps += 1
+        s.n_drafted += n_drafted
+        s.n_accepted += accepted
+        s.n_emitted += 1 + accepted
+        s.draft_ms += (t1 - t0) * 1e3
+        s.verify_ms += (t2 - t1) * 1e3
+        while len(s.accepted_at) < accepted:
+            s.accepted_at.append(0)
+        for i in range(accepted):
+            s.accepted_at[i] += 1
+
+    def step(self, sampling: Sampling, *, max_emit: int | None = None, stop_ids: frozenset[int] | set = frozenset()):
+        """Commits 1..max_draft+1 tokens; returns a StepResult with per-token provenance.
+
+        max_emit bounds the tokens committed; an id in stop_ids (end of generation) ends the
+        step right after it, so the context never runs past where plain decoding stops."""
+        from luce_engine.engine import StepResult
+
+        eng = self.engine
+        native, c, x0, n_draft = self._begin(sampling, max_emit, stop_ids)
         t0 = time.perf_counter()
         drafts: list[int] = []
         if n_draft > 0:
@@ -178,17 +202,9 @@ class ChainSpeculator:
         eng.commit(1 + accepted)
         t2 = time.perf_counter()
         self._pending, self._pending_at = bonus, (eng.n_past if bonus is not None else -1)
-        s = self.stats
-        s.n_steps += 1
-        s.n_drafted += len(drafts)
-        s.n_accepted += accepted
-        s.n_emitted += 1 + accepted
-        s.draft_ms += (t1 - t0) * 1e3
-        s.verify_ms += (t2 - t1) * 1e3
-        while len(s.accepted_at) < len(drafts):
-            s.accepted_at.append(0)
-        for i in range(accepted):
-            s.accepted_at[i] += 1
+        while len(self.stats.accepted_at) < len(drafts):
+            self.stats.accepted_at.append(0)
+        self._record(len(drafts), accepted, t0, t1, t2)
         tokens = [x0] + drafts[:accepted]
         return StepResult(tokens, [False] + [True] * accepted, n_drafted=len(drafts), n_accepted=accepted,
                           decode_ms=(t2 - t1) * 1e3)

@@ -74,7 +74,8 @@ class CommandsMixin:
                 return f"{self.opts.draft} (speculation off)" if self.opts.draft else "none"
             sp = self.runtime.speculator
             st = sp.stats if sp is not None else None
-            extra = (f", AL {st.acceptance_length:.2f} over {st.n_steps} steps" if st and st.n_steps else "")
+            extra = f", {sp.describe()}" if hasattr(sp, "describe") else ""
+            extra += (f", AL {st.acceptance_length:.2f} over {st.n_steps} steps" if st and st.n_steps else "")
             return (f"{d.path} ({d.dialect} dialect, block {d.block_size}, "
                     f"target layers {list(d.capture_layers)}{extra})")
 

@@ -138,8 +138,12 @@ def _model_flags(p: argparse.ArgumentParser, chat) -> None:
                             "'default': the draft shipped for the bundled model (used by default where it is faster)")
     model.add_argument("--draft-max", type=_positive, metavar="N",
                        help="draft tokens proposed per step (default: the draft's block size - 1)")
-    model.add_argument("--spec", choices=("off", "chain"),
-                       help="speculative decoding with --draft: chain (default) or off")
+    model.add_argument("--spec", choices=("auto", "chain", "tree", "off"),
+                       help="speculative decoding with --draft: chain, tree (DDTree: one draft pass verified as a "
+                            "tree of --tree-budget nodes; dense targets only), off, or auto (default; for now "
+                            "always chain)")
+    model.add_argument("--tree-budget", type=_positive, metavar="N",
+                       help=f"--spec tree: draft-tree nodes verified per step (default {config.DEFAULT_TREE_BUDGET})")
     model.add_argument("--pflash-scorer", "--prefill-drafter", dest="pflash_scorer", metavar="PATH",
                        help="PFlash scorer GGUF (a small llama/qwen3 model, e.g. Qwen3-0.6B): long attachments are "
                             "compressed to the parts it ranks relevant to the question before the target prefills them")
@@ -232,13 +236,20 @@ def load(settings: config.EngineSettings, *, verbose: bool = False) -> Runtime:
 
         settings.draft = choice.path
         draft = DraftModel(choice.path, model, n_ctx_draft=config.DRAFT_CTX, **settings.draft_params())
-    n_verify_max = _n_verify_max(draft.block_size if draft else None, settings.draft_max)
+    if draft is not None and settings.spec == "tree":
+        _check_tree_target(model)
+    n_verify_max = _n_verify_max(draft.block_size if draft else None, settings.draft_max, _tree_budget(settings))
     n_ctx = _n_ctx(settings, model, n_verify_max)
     _check_fits(settings, model, n_ctx, n_verify_max)
     engine = Engine(model, n_ctx=n_ctx, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
                     n_verify_max=n_verify_max, **settings.engine_params())
     runtime = Runtime(engine, draft=draft, compressor=_compressor(settings, model))
-    if draft is not None:
+    if draft is not None and settings.spec == "tree":
+        from luce_engine.tree_speculative import TreeSpeculator
+
+        runtime.speculator = TreeSpeculator(engine, draft, budget=settings.tree_budget, max_depth=settings.draft_max,
+                                            capture_ring=config.CAPTURE_RING)
+    elif draft is not None:   # chain, and auto (chain until auto chooses by measurement)
         from luce_engine.speculative import ChainSpeculator
 
         runtime.speculator = ChainSpeculator(engine, draft, max_draft=settings.draft_max,
@@ -327,15 +338,29 @@ def _uses_draft(settings: config.EngineSettings) -> bool:
     return bool(settings.draft) and settings.spec != "off"
 
 
-def _n_verify_max(block_size: int | None, draft_max: int | None = None) -> int:
+def _n_verify_max(block_size: int | None, draft_max: int | None = None, tree_budget: int = 0) -> int:
     """Tokens one verify may hold (a hybrid target's rollback buffers grow with it): x0 plus the
-    proposals of one draft block; 16 at least unless --draft-max asks for fewer proposals. Without
-    a draft nothing verifies, so no rollback buffers (2.4 GiB on a 27B qwen35)."""
+    proposals of one draft block; 16 at least unless --draft-max asks for fewer proposals; with
+    --spec tree, the tree's root and budget nodes if more. Without a draft nothing verifies, so no
+    rollback buffers (2.4 GiB on a 27B qwen35)."""
     if not block_size:
         return 0
-    if draft_max:
-        return min(draft_max, block_size - 1) + 1
-    return max(16, block_size)
+    chain = min(draft_max, block_size - 1) + 1 if draft_max else max(16, block_size)
+    return max(chain, tree_budget + 1 if tree_budget else 0)
+
+
+def _tree_budget(settings: config.EngineSettings) -> int:
+    return settings.tree_budget if settings.spec == "tree" else 0
+
+
+def _check_tree_target(model) -> None:
+    from luce_engine.errors import UnsupportedModelError
+    from luce_engine.tree_speculative import TREE_ARCHS
+
+    if model.arch not in TREE_ARCHS:
+        raise UnsupportedModelError(f"--spec tree needs a dense target ({', '.join(sorted(TREE_ARCHS))}); "
+                                    f"{model.name} is {model.arch} (hybrid: tree verification is not implemented "
+                                    "for it yet); use --spec chain or auto")
 
 
 def print_plan(settings: config.EngineSettings) -> int:
@@ -350,7 +375,9 @@ def print_plan(settings: config.EngineSettings) -> int:
     draft = (DraftModel.plan(settings.draft, model, n_ctx_draft=config.DRAFT_CTX, capture_ring=config.CAPTURE_RING)
              if _uses_draft(settings) else None)
     block = draft["info"]["block_size"] if draft else None
-    n_verify_max = _n_verify_max(block, settings.draft_max)
+    if draft is not None and settings.spec == "tree":
+        _check_tree_target(model)
+    n_verify_max = _n_verify_max(block, settings.draft_max, _tree_budget(settings))
     n_ctx = _n_ctx(settings, model, n_verify_max, budget=budget)
     scorer = _plan_scorer(settings, n_ctx)
 
@@ -372,7 +399,8 @@ def print_plan(settings: config.EngineSettings) -> int:
         info = draft["info"]
         print(f"  draft {os.path.basename(settings.draft)}: {info['arch']}, block {info['block_size']}, "
               f"{len(info['capture_layers'])} captured layers, draft context {draft['n_ctx_draft']}, "
-              f"capture ring {draft['capture_ring_size']}, verify batch {n_verify_max}")
+              f"capture ring {draft['capture_ring_size']}, verify batch {n_verify_max}"
+              + (f" (DDTree budget {settings.tree_budget})" if settings.spec == "tree" else f" ({settings.spec})"))
         rows.update(draft_weights=draft["weights"], draft_kv_cache=draft["kv_cache"],
                     draft_compute=draft["compute"], capture_ring=draft["capture_ring"],
                     total=plan["total"] + draft["total"])

@@ -31,6 +31,11 @@ SAMPLING_KEYS: dict[str, tuple[type, tuple[str, ...]]] = {
 _ALIASES = {alias: field for field, (_, names) in SAMPLING_KEYS.items() for alias in names}
 
 
+# DDTree nodes per step with --spec tree: the budget with the best AL per verified row for the shipped
+# draft on a CPU (bench/RESULTS.md, 2026-12-03); budgets on a GPU want a measurement of their own.
+DEFAULT_TREE_BUDGET = 16
+
+
 @dataclasses.dataclass
 class EngineSettings:
     """What Model() and Engine() get; n_ctx is capped to the model once it is loaded."""
@@ -43,9 +48,10 @@ class EngineSettings:
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     max_ctx_given: bool = False   # said on the command line (then capping it is worth a note)
-    draft: str | None = None      # DFlash draft GGUF (speculative decoding when spec == "chain")
-    draft_max: int | None = None  # proposals per block (default: the draft's block size - 1)
-    spec: str = "chain"           # off | chain
+    draft: str | None = None      # DFlash draft GGUF (speculative decoding unless spec == "off")
+    draft_max: int | None = None  # proposals per block / tree depth (default: the draft's block size - 1)
+    spec: str = "auto"            # off | auto | chain | tree (auto: chain for now, docs/decisions.md)
+    tree_budget: int = DEFAULT_TREE_BUDGET   # DDTree nodes per step besides the root (spec == "tree")
     pflash_scorer: str | None = None          # PFlash scorer GGUF
     pflash_mode: str = "auto"           # off | auto | always
     pflash_threshold: int = DEFAULT_PFLASH_THRESHOLD
@@ -117,7 +123,8 @@ def engine_settings(args) -> EngineSettings:
                           plan_memory=getattr(args, "plan_memory", None),
                           cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
                           draft=getattr(args, "draft", None), draft_max=getattr(args, "draft_max", None),
-                          spec=getattr(args, "spec", None) or "chain",
+                          spec=getattr(args, "spec", None) or "auto",
+                          tree_budget=getattr(args, "tree_budget", None) or DEFAULT_TREE_BUDGET,
                           pflash_scorer=getattr(args, "pflash_scorer", None),
                           pflash_mode=getattr(args, "pflash_mode", None) or "auto",
                           pflash_threshold=_given(getattr(args, "pflash_threshold", None), DEFAULT_PFLASH_THRESHOLD),

@@ -76,6 +76,7 @@ class TurnResult:
     n_accepted: int = 0
     compression: str | None = None   # "compressed 183,412 → 9,170 tokens (5%)" when this turn compressed
     scorer_ms: float = 0.0           # the scorer's time for that
+    spec_mode: str | None = None     # the speculator's describe(): "chain of 15", "tree, budget 16"
 
     @property
     def acceptance(self) -> float | None:
@@ -101,8 +102,8 @@ class TurnResult:
                 f"prefill {self.prefill_tokens:,} tok @ {self.prefill_tps:,.1f} tok/s "
                 f"({self.prefill_ms / 1e3:,.2f} s) | "
                 f"generated {self.generated_tokens:,} tok @ {self.decode_tps:,.1f} tok/s | "
-                + (f"AL {self.accept_length:.2f}, {100 * self.acceptance:.0f}% of drafts accepted | "
-                   if self.accept_length else "")
+                + (f"AL {self.accept_length:.2f}{f' ({self.spec_mode})' if self.spec_mode else ''}, "
+                   f"{100 * self.acceptance:.0f}% of drafts accepted | " if self.accept_length else "")
                 + f"finish: {self.finish_reason}")
 
 
@@ -488,7 +489,8 @@ class Conversation:
             generated_tokens=generated, decode_ms=after["decode_ms"] - before["decode_ms"],
             n_steps=steps, n_drafted=drafted, n_accepted=accepted,
             compression=combined_summary(compressed) if compressed else None,
-            scorer_ms=sum(c["scorer_ms"] for c in compressed))
+            scorer_ms=sum(c["scorer_ms"] for c in compressed),
+            spec_mode=self.speculator.describe() if hasattr(self.speculator, "describe") else None)
         out(events.Finished(self.last, clock()))
         return self.last
 

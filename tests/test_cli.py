@@ -303,6 +303,37 @@ def test_prompt_with_a_draft_model_gives_the_plain_greedy_answer(tmp_path):
     assert "draft d.gguf (llama dialect, block 8" in spec.stderr
 
 
+def test_spec_tree_gives_the_plain_greedy_answer_and_plans_its_verify(tmp_path):
+    """--spec tree on a dense target: the same greedy text, the stats line names the tree and its
+    budget, --plan sizes the verify for budget + 1 rows; a hybrid target is refused with a clear
+    error (tree verification is dense-only), and auto / chain stay on the chain."""
+    from tools.tiny_dflash import TinyDraftConfig, write_tiny_dflash
+    from tools.tiny_gguf import TinyConfig, write_tiny_gguf
+
+    cfg = TinyConfig(arch="llama", head_dim=32, seed=8, tokenizer_from=str(le.default_model_path()))
+    target = write_tiny_gguf(tmp_path / "t.gguf", cfg)
+    draft = write_tiny_dflash(tmp_path / "d.gguf", target, TinyDraftConfig(block_size=8))
+    base = ["-p", "Hello there", "--target", target, *COMMON, "--temp", "0", "--max-tokens", "24", "--stats"]
+    plain = luce(*base)
+    tree = luce(*base, "--draft", draft, "--spec", "tree", "--tree-budget", "20")
+    chain = luce(*base, "--draft", draft, "--spec", "auto")
+    assert plain.returncode == tree.returncode == chain.returncode == 0, tree.stderr
+    assert tree.stdout == plain.stdout == chain.stdout and plain.stdout.strip()
+    if "AL " in tree.stderr:   # random weights may accept nothing
+        assert "(tree, budget 20)" in tree.stderr
+    if "AL " in chain.stderr:
+        assert "(chain of 7)" in chain.stderr
+    plan = luce("--plan", "--target", target, "--draft", draft, "--spec", "tree", "--tree-budget", "20", *COMMON)
+    assert plan.returncode == 0, plan.stderr
+    assert "verify batch 21 (DDTree budget 20)" in plan.stdout
+
+    hcfg = TinyConfig(arch="qwen35", n_layer=4, head_dim=32, seed=8, tokenizer_from=str(le.default_model_path()))
+    hybrid = write_tiny_gguf(tmp_path / "h.gguf", hcfg)
+    hdraft = write_tiny_dflash(tmp_path / "hd.gguf", hybrid, TinyDraftConfig(block_size=8))
+    r = luce("-p", "hi", "--target", hybrid, "--draft", hdraft, "--spec", "tree", *COMMON)
+    assert r.returncode == 2 and "--spec tree needs a dense target" in r.stderr and "--spec chain" in r.stderr
+
+
 # -- first-run defects (issue 15) ----------------------------------------------------------------
 def test_threads_are_checked_against_the_cpus_and_default_to_all_of_a_small_machine():
     r = luce("--threads", "999", "-p", "hi", "--device", "cpu")

@@ -258,6 +258,21 @@ LUCE_API luce_status luce_engine_verify(luce_engine * engine, const int32_t * to
                                         bool keep_pre_logits);
 LUCE_API luce_status luce_engine_commit(luce_engine * engine, int32_t k);
 
+// Tree verification (DDTree) on dense models: n nodes (n <= n_verify_max) in one batch; node 0 is
+// the root (parents[0] = -1), every other node's parent is an earlier node (parents[i] < i). Node i
+// is written to cache row n_past + i, sits at position n_past + depth(i) and attends to the context
+// plus its ancestors and itself; logits row i is the target's distribution after node i's root
+// path. Hybrid models: LUCE_ERR_UNSUPPORTED (use chain verification). Until the commit, sampling
+// row i applies penalties to the context followed by node i's root path.
+LUCE_API luce_status luce_engine_verify_tree(luce_engine * engine, const int32_t * tokens, const int32_t * parents,
+                                             int32_t n, bool keep_pre_logits);
+// Keeps the root-to-node path nodes[0..k) (nodes[0] = 0, nodes[d] a child of nodes[d-1]) of a
+// pending tree (or chain: its prefixes) verify: its K/V and captured features move to context
+// positions n_past..n_past+k-1, the other nodes are dropped, and the logits after nodes[k-1] remain
+// as after luce_engine_commit. k = 0 is luce_engine_commit(engine, 0). luce_engine_commit(k > 0)
+// is an error while a tree verify is pending.
+LUCE_API luce_status luce_engine_commit_path(luce_engine * engine, const int32_t * nodes, int32_t k);
+
 // Hidden-state capture (the features a DFlash draft reads). For each listed layer L the residual
 // stream is copied, for every evaluated token, into a ring of ring_size positions:
 // output_convention false = the input of layer L (llama.cpp's `dflash.target_layers`), true = the

@@ -164,6 +164,21 @@ luce_status luce_engine_commit(luce_engine * e, int32_t k) {
     });
 }
 
+luce_status luce_engine_verify_tree(luce_engine * e, const int32_t * tokens, const int32_t * parents, int32_t n,
+                                    bool keep_pre_logits) {
+    return guarded([&] {
+        REQUIRE(e && tokens && parents, "engine, tokens and parents are required");
+        e->impl->verify_tree(tokens, parents, n, keep_pre_logits);
+    });
+}
+
+luce_status luce_engine_commit_path(luce_engine * e, const int32_t * nodes, int32_t k) {
+    return guarded([&] {
+        REQUIRE(e, "engine is NULL");
+        e->impl->commit_path(nodes, k);
+    });
+}
+
 luce_status luce_engine_set_capture(luce_engine * e, const int32_t * layers, int32_t n, bool output_convention,
                                     int32_t ring) {
     return guarded([&] {

@@ -81,7 +81,7 @@ void Engine::check_cancel() {
     runner_->throw_if_cancelled();
 }
 
-void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify, bool decode) {
+void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify, bool decode, const int32_t * parents) {
     const int32_t n_past = this->n_past();
     if (n_past + n > kv_.n_ctx) {
         throw Error(LUCE_ERR_CONTEXT, "context full: " + std::to_string(n_past) + " + " + std::to_string(n) +
@@ -94,7 +94,7 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify,
     // Decode steps and verifications run on the small-batch kernels; a short prompt stays on ggml's,
     // so it fills the cache exactly as llama.cpp would.
     ForwardGraph & g = select_graph(shape, (verify || decode) && small_batch_ && small_batch_->wants(n));
-    set_inputs(g, toks, n);
+    set_inputs(g, toks, n, parents);
 
     const ggml_status status = graph_piecewise_  ? small_batch_->compute(g.gf)
                              : debug_piecewise_ ? compute_in_pieces(g.gf)
@@ -130,15 +130,19 @@ ForwardGraph & Engine::select_graph(const GraphShape & shape, bool piecewise) {
 }
 
 // Tokens, positions (one per token, or M-RoPE's four blocks t, h, w = position, e = 0 for text),
-// cache and capture-ring rows, and the causal mask: token i sees cells 0..n_past+i.
-void Engine::set_inputs(ForwardGraph & g, const int32_t * toks, int32_t n) {
+// cache and capture-ring rows, and the mask: token i sees cells 0..n_past+i (causal), or with
+// parents (a tree verify) the context, its ancestors and itself at position n_past + depth(i).
+void Engine::set_inputs(ForwardGraph & g, const int32_t * toks, int32_t n, const int32_t * parents) {
     const int32_t n_past = this->n_past();
     const size_t n_pos_blocks = size_t(ggml_nelements(g.pos) / n);
     std::vector<int32_t> pos(static_cast<size_t>(n) * n_pos_blocks, 0);
     std::vector<int64_t> rows(static_cast<size_t>(n));
+    std::vector<int32_t> depth(parents ? size_t(n) : 0, 0);
     for (int32_t i = 0; i < n; ++i) {
+        if (parents && i > 0) depth[size_t(i)] = depth[size_t(parents[i])] + 1;
         rows[size_t(i)] = n_past + i;
-        for (size_t b = 0; b < std::min<size_t>(n_pos_blocks, 3); ++b) pos[b * size_t(n) + size_t(i)] = n_past + i;
+        const int32_t p = n_past + (parents ? depth[size_t(i)] : i);
+        for (size_t b = 0; b < std::min<size_t>(n_pos_blocks, 3); ++b) pos[b * size_t(n) + size_t(i)] = p;
     }
     ggml_backend_tensor_set(g.tokens, toks, 0, size_t(n) * sizeof(int32_t));
     ggml_backend_tensor_set(g.pos, pos.data(), 0, pos.size() * sizeof(int32_t));
@@ -147,7 +151,11 @@ void Engine::set_inputs(ForwardGraph & g, const int32_t * toks, int32_t n) {
         for (auto & r : rows) r %= kv_.capture.ring;
         ggml_backend_tensor_set(g.cap_idx, rows.data(), 0, rows.size() * sizeof(int64_t));
     }
-    causal_mask(mask_buf_, g.shape.n_kv, n, n_past + 1);
+    if (parents) {
+        tree_mask(mask_buf_, g.shape.n_kv, n, n_past, parents);
+    } else {
+        causal_mask(mask_buf_, g.shape.n_kv, n, n_past + 1);
+    }
     ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
 }
 
@@ -246,6 +254,10 @@ int32_t Engine::sample(const luce_sampling_params & sp, int32_t row) {
     // context and provisional tokens 0..i (not the provisional tokens after it).
     int32_t history = n_past();
     if (pending_ > 0) history = n_past() - pending_ + (row < 0 ? row + n_logits() : row) + 1;
+    if (!tree_parents_.empty()) {   // a tree node's history: the context, then its root path
+        const std::vector<int32_t> h = tree_history(row < 0 ? row + n_logits() : row, sp.penalty_last_n);
+        return sample_token(l, m_.hp.n_vocab, sp, h.data(), int32_t(h.size()), rng_);
+    }
     return sample_token(l, m_.hp.n_vocab, sp, tokens_.data(), history, rng_);
 }
 
@@ -321,7 +333,7 @@ void Engine::check_no_pending() const {
     if (pending_ > 0) throw Error(LUCE_ERR_STATE, "a verification is pending: commit it first");
 }
 
-void Engine::verify(const int32_t * toks, int32_t n, bool keep_pre_logits) {
+void Engine::begin_verify(const int32_t * toks, int32_t n, bool keep_pre_logits) {
     check_no_pending();
     if (n < 1 || n > kv_.rec.n_verify_max) {
         throw Error(LUCE_ERR_INVALID_ARG, "verify takes 1.." + std::to_string(kv_.rec.n_verify_max) + " tokens, not " + std::to_string(n));
@@ -338,6 +350,10 @@ void Engine::verify(const int32_t * toks, int32_t n, bool keep_pre_logits) {
             pre_verify_logits_.argmax = logits_.argmax(n_logits() - 1);
         }
     }
+}
+
+void Engine::verify(const int32_t * toks, int32_t n, bool keep_pre_logits) {
+    begin_verify(toks, n, keep_pre_logits);
     try {
         eval(toks, n, /*logits_all=*/true, /*verify=*/true);
     } catch (...) {
@@ -352,6 +368,10 @@ void Engine::commit(int32_t k) {
     if (k < 0 || k > pending_) {
         throw Error(LUCE_ERR_INVALID_ARG, "commit keeps 0.." + std::to_string(pending_) + " tokens, not " + std::to_string(k));
     }
+    if (!tree_parents_.empty() && k > 0) {
+        throw Error(LUCE_ERR_STATE, "a tree verify is pending: keep a path of it with commit_path (commit keeps only 0)");
+    }
+    tree_parents_.clear();
     const size_t n0 = tokens_.size() - size_t(pending_);
     const HParams & hp = m_.hp;
     if (hp.hybrid() && k > 0) {

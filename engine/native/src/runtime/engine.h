@@ -42,6 +42,10 @@ public:
     // the logits before the verify (saves a row download when the caller never commits 0)
     void verify(const int32_t * tokens, int32_t n, bool keep_pre_logits = true);
     void commit(int32_t k);
+    // Tree verify (dense models; engine_tree.cpp, see luce_engine_verify_tree) and the commit of
+    // one root-to-node path of it.
+    void verify_tree(const int32_t * tokens, const int32_t * parents, int32_t n, bool keep_pre_logits = true);
+    void commit_path(const int32_t * nodes, int32_t k);
     void checkpoint();
     void set_capture(const int32_t * layers, int32_t n, bool output_convention, int32_t ring);
     void captured(int32_t pos, float * out) const;
@@ -83,12 +87,20 @@ private:
     // One graph launch over tokens [0, n) appended at the current end of the context: the graph
     // for its shape, its inputs, the computation, its outputs.
     // decode: a step's one token (prompts stay on the scheduler; see eval)
-    void eval(const int32_t * tokens, int32_t n, bool logits_all, bool verify = false, bool decode = false);
+    // parents: a tree verify's parent ids (null: a causal batch)
+    void eval(const int32_t * tokens, int32_t n, bool logits_all, bool verify = false, bool decode = false,
+              const int32_t * parents = nullptr);
     ForwardGraph & select_graph(const GraphShape & shape, bool piecewise);
-    void set_inputs(ForwardGraph & g, const int32_t * tokens, int32_t n);
+    void set_inputs(ForwardGraph & g, const int32_t * tokens, int32_t n, const int32_t * parents);
+    void begin_verify(const int32_t * tokens, int32_t n, bool keep_pre_logits);   // checks shared by both verifies
+    void move_path_rows(const int32_t * nodes, int32_t k);   // engine_tree.cpp: KV and capture rows
+    // The tokens a penalty at tree node `node` looks at: the last `last_n` (all when < 0) of the
+    // committed context followed by the node's root path.
+    std::vector<int32_t> tree_history(int32_t node, int32_t last_n) const;
     void read_outputs(ForwardGraph & g, bool logits_all, bool verify, bool replay_on_failure);
     void check_no_pending() const;
     int32_t pending_ = 0;                      // provisional tokens of an uncommitted verify
+    std::vector<int32_t> tree_parents_;        // of a pending tree verify (empty: a chain verify)
     TurnCheckpoints checkpoints_;
     void restore_recurrent_after(int32_t k);   // from the snapshots
     void replay_recurrent(int32_t k);          // by replay (kv_.rec.replay)

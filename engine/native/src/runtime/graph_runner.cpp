@@ -103,4 +103,15 @@ void causal_mask(std::vector<uint16_t> & buf, int n_kv, int n_rows, int n_visibl
     }
 }
 
+void tree_mask(std::vector<uint16_t> & buf, int n_kv, int n_rows, int n_past, const int32_t * parents) {
+    const uint16_t zero = ggml_fp32_to_fp16(0.0f), neg_inf = ggml_fp32_to_fp16(-INFINITY);
+    buf.resize(size_t(n_kv) * size_t(n_rows));
+    for (int i = 0; i < n_rows; ++i) {
+        uint16_t * row = buf.data() + size_t(i) * size_t(n_kv);
+        std::fill(row, row + n_past, zero);
+        std::fill(row + n_past, row + n_kv, neg_inf);
+        for (int j = i; j >= 0; j = parents[j]) row[n_past + j] = zero;
+    }
+}
+
 } // namespace luce

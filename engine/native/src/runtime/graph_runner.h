@@ -100,5 +100,8 @@ private:
 
 // A causal F16 mask [n_kv, n_rows] in buf: row i sees columns [0, n_visible + i), the rest is -inf.
 void causal_mask(std::vector<uint16_t> & buf, int n_kv, int n_rows, int n_visible);
+// A tree verify's mask: row i sees the n_past context columns, then column n_past + j iff j is i or
+// an ancestor of i (parents[0] = -1, parents[i] < i).
+void tree_mask(std::vector<uint16_t> & buf, int n_kv, int n_rows, int n_past, const int32_t * parents);
 
 } // namespace luce

@@ -1,0 +1,202 @@
+"""Engine.verify_tree / commit_path (dense models): every node's logits equal those of its root path
+evaluated as a plain sequence; after commit_path the context, K/V (every cache type), logits and
+captured features are those of plain evaluation of the kept path; bad input is a clear error;
+hybrid models refuse tree verification."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from luce_engine import Engine, EngineStateError, InvalidArgumentError, Model, UnsupportedModelError
+from luce_engine.ddtree import Tree
+from reference import DEVICE, THREADS
+from tools.tiny_gguf import TinyConfig, write_tiny_gguf
+
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
+
+RTOL = 1e-5 if DEVICE == "cpu" else 3e-3   # batch shapes round differently (test_engine's BATCH_SHAPE_RTOL)
+# A long context fed in other batch shapes: K/V rounded to the cache type may differ in a last bit.
+FRESH_RTOL = {"f16": 2e-3, "q8_0": 1e-2, "q4_0": 5e-2}
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3"])
+def dense(request, tmp_path_factory):
+    cfg = TinyConfig(arch=request.param, n_vocab=256, head_dim=32, seed=31)
+    return Model(write_tiny_gguf(tmp_path_factory.mktemp("tv") / f"{request.param}.gguf", cfg), device=DEVICE,
+                 n_threads=THREADS)
+
+
+def rel(a, b) -> float:
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def random_tree(rng, n, vocab=256) -> Tree:
+    parents = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
+    depths = [0]
+    for i in range(1, n):
+        depths.append(depths[parents[i]] + 1)
+    return Tree([int(t) for t in rng.integers(0, vocab, n)], parents, depths, [0.0] * n)
+
+
+def path_tokens(tree, node):
+    return [tree.tokens[j] for j in tree.path(node)]
+
+
+def prompt(n, seed):
+    return [int(t) for t in np.random.default_rng(seed).integers(0, 256, n)]
+
+
+@pytest.mark.parametrize("cache", ["f16", "q8_0", "q4_0"])
+def test_every_node_sees_exactly_its_root_path(dense, cache):
+    rng = np.random.default_rng(1)
+    p = prompt(37, 2)
+    eng = Engine(dense, n_ctx=256, n_verify_max=24, cache_type_k=cache, cache_type_v=cache)
+    ref = Engine(dense, n_ctx=256, cache_type_k=cache, cache_type_v=cache)
+    eng.prefill(p)
+    ref.prefill(p)
+    for trial in range(3):
+        tree = random_tree(rng, 24 if trial else 9)
+        got = eng.verify_tree(tree.tokens, tree.parents)
+        assert got.shape == (len(tree), 256)
+        for node in range(len(tree)):
+            ref.prefill(path_tokens(tree, node))
+            assert rel(got[node], ref.logits()) <= RTOL, (trial, node)
+            ref.truncate(len(p))
+        eng.commit_path([0])   # keep the root only: the context grows by one each trial
+        ref.prefill([tree.tokens[0]])
+        p = p + [tree.tokens[0]]
+        assert eng.tokens == p
+
+
+@pytest.mark.parametrize("cache", ["f16", "q8_0", "q4_0"])
+def test_commit_path_equals_plain_evaluation_of_the_path(dense, cache):
+    """After each commit_path the engine matches a twin that verified the kept path as a chain in a
+    batch of the same size and committed it (K/V moved as raw bytes: no trace of the other nodes,
+    1e-5), and a fresh engine fed the whole context (batch shapes differ: FRESH_RTOL)."""
+    rng = np.random.default_rng(4)
+    p = prompt(29, 5)
+    kw = dict(n_ctx=256, cache_type_k=cache, cache_type_v=cache)
+    eng, twin = Engine(dense, n_verify_max=20, **kw), Engine(dense, n_verify_max=20, **kw)
+    eng.prefill(p)
+    twin.prefill(p)
+    context = list(p)
+    for trial in range(6):
+        tree = random_tree(rng, 20)
+        eng.verify_tree(tree.tokens, tree.parents, logits=False)
+        leaf = max(range(len(tree)), key=lambda i: (tree.depths[i], i)) if trial % 2 else int(rng.integers(0, len(tree)))
+        path = tree.path(leaf)
+        eng.commit_path(path)
+        kept = path_tokens(tree, leaf)
+        twin.verify(kept + [(t + 1) % 256 for t in tree.tokens[len(kept):]], logits=False)
+        twin.commit(len(kept))
+        context += kept
+        assert eng.tokens == context == twin.tokens
+        assert rel(eng.logits(), twin.logits()) <= 1e-5, trial
+        nxt = prompt(3, 100 + trial)
+        eng.prefill(nxt, logits_all=True)
+        twin.prefill(nxt, logits_all=True)
+        assert rel(eng.all_logits(), twin.all_logits()) <= 1e-5, trial
+        context += nxt
+    fresh = Engine(dense, **kw)
+    fresh.prefill(context)
+    assert rel(eng.logits(), fresh.logits()) <= FRESH_RTOL[cache]
+
+
+def test_capture_rings_hold_the_path_features(dense):
+    rng = np.random.default_rng(8)
+    p = prompt(21, 9)
+    layers = [0, 1]
+    eng = Engine(dense, n_ctx=256, n_verify_max=16)
+    eng.set_capture(layers, output=True, ring_size=64)   # small ring: the path wraps around it
+    eng.prefill(p)
+    context = list(p)
+    for trial in range(4):
+        tree = random_tree(rng, 16)
+        eng.verify_tree(tree.tokens, tree.parents, logits=False)
+        leaf = max(range(len(tree)), key=lambda i: tree.depths[i])
+        eng.commit_path(tree.path(leaf))
+        context += path_tokens(tree, leaf)
+    fresh = Engine(dense, n_ctx=256)
+    fresh.set_capture(layers, output=True, ring_size=64)
+    fresh.prefill(context)
+    for pos in range(len(context) - 40, len(context)):
+        np.testing.assert_allclose(eng.captured(pos), fresh.captured(pos), rtol=0,
+                                   atol=1e-5 if DEVICE == "cpu" else 1e-2)
+
+
+def test_a_chain_tree_is_a_chain_verify(dense):
+    p = prompt(17, 3)
+    toks = prompt(8, 4)
+    a = Engine(dense, n_ctx=128, n_verify_max=8)
+    b = Engine(dense, n_ctx=128, n_verify_max=8)
+    a.prefill(p)
+    b.prefill(p)
+    la = a.verify_tree(toks, list(range(-1, 7)))
+    lb = b.verify(toks)
+    np.testing.assert_array_equal(la, lb)   # same positions, same mask: the same graph and inputs
+    a.commit_path(range(5))
+    b.commit(5)
+    assert a.tokens == b.tokens
+    np.testing.assert_array_equal(a.logits(), b.logits())
+    # commit_path after a plain verify keeps a prefix like commit
+    b.verify(toks[:3])
+    b.commit_path([0, 1])
+    assert b.tokens == p + toks[:5] + toks[:2]
+
+
+def test_commit_zero_and_aborted_trees_leave_the_context(dense):
+    p = prompt(11, 6)
+    eng = Engine(dense, n_ctx=128, n_verify_max=8)
+    eng.prefill(p)
+    before = eng.logits().copy()
+    eng.verify_tree([1, 2, 3], [-1, 0, 0])
+    eng.commit(0)
+    assert eng.tokens == p
+    np.testing.assert_array_equal(eng.logits(), before)
+    eng.verify_tree([1, 2, 3], [-1, 0, 0])
+    eng.commit_path([])
+    assert eng.tokens == p
+
+
+def test_bad_trees_are_clear_errors(dense):
+    eng = Engine(dense, n_ctx=64, n_verify_max=4)
+    eng.prefill(prompt(5, 1))
+    with pytest.raises(InvalidArgumentError, match="parent must be -1"):
+        eng.verify_tree([1, 2], [0, 0])
+    with pytest.raises(InvalidArgumentError, match="parent must be an earlier node"):
+        eng.verify_tree([1, 2, 3], [-1, 2, 0])
+    with pytest.raises(InvalidArgumentError, match="parent must be an earlier node"):
+        eng.verify_tree([1, 2], [-1, -1])
+    with pytest.raises(InvalidArgumentError, match="verify takes 1..4"):
+        eng.verify_tree([1] * 5, [-1, 0, 1, 2, 3])
+    with pytest.raises(InvalidArgumentError, match="vocabulary"):
+        eng.verify_tree([1, 999], [-1, 0])
+    with pytest.raises(ValueError, match="one parent id per node"):
+        eng.verify_tree([1, 2], [-1])
+    assert eng.n_past == 5   # nothing of the failed calls stayed
+    eng.verify_tree([1, 2, 3, 4], [-1, 0, 0, 2])
+    with pytest.raises(EngineStateError, match="commit_path"):
+        eng.commit(2)
+    with pytest.raises(InvalidArgumentError, match="the root"):
+        eng.commit_path([1])
+    with pytest.raises(InvalidArgumentError, match="not a child of node 0"):
+        eng.commit_path([0, 3])
+    with pytest.raises(InvalidArgumentError, match="keeps 0..4"):
+        eng.commit_path([0, 2, 3, 0, 0])
+    with pytest.raises(EngineStateError, match="pending"):
+        eng.prefill([1])
+    eng.commit_path([0, 2, 3])
+    assert eng.tokens[-3:] == [1, 3, 4]
+    with pytest.raises(EngineStateError, match="no verification"):
+        eng.commit_path([0])
+
+
+def test_hybrid_models_refuse_tree_verify(tmp_path):
+    cfg = TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=32, seed=3)
+    model = Model(write_tiny_gguf(tmp_path / "h.gguf", cfg), device=DEVICE, n_threads=THREADS)
+    eng = Engine(model, n_ctx=64, n_verify_max=4)
+    eng.prefill(prompt(5, 1))
+    with pytest.raises(UnsupportedModelError, match="chain"):
+        eng.verify_tree([1, 2], [-1, 0])
+    assert eng.n_past == 5
+    eng.step()   # nothing pending
