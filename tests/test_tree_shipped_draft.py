@@ -7,26 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from luce_engine import DraftModel, Engine, Model, default_model_path
-from luce_engine.default_draft import shipped_draft_path
+from luce_engine import Engine, default_model_path
 from luce_engine.speculative import ChainSpeculator
 from luce_engine.tree_speculative import TreeSpeculator
-from reference import DEVICE, THREADS
-from test_shipped_draft import NEAR_TIE, _prompts
+
+from test_shipped_draft import NEAR_TIE, _prompts, draft, model  # noqa: F401  (its model and draft fixtures)
 from tools.dflash_train.prompt_ids import PromptEncoder
 
 N_PROMPTS, N_TOKENS, BUDGET = 12, 64, 16
-
-
-@pytest.fixture(scope="module")
-def model():
-    return Model(default_model_path(), device=DEVICE, n_threads=THREADS)
-
-
-@pytest.fixture(scope="module")
-def draft(model):
-    return DraftModel(shipped_draft_path(), model)
-
 
 def generate(model, p, spec_factory=None):
     eng = Engine(model, n_ctx=512, n_verify_max=BUDGET + 1)
@@ -36,7 +24,6 @@ def generate(model, p, spec_factory=None):
         out += r.tokens
         drafted += r.drafted
     return out, drafted, spec
-
 
 def test_greedy_tree_equals_plain_on_real_prompts(model, draft):
     near_ties, steps, tree_steps, chain_steps = [], 0, 0, 0
