@@ -10,11 +10,11 @@ import pytest
 from luce_engine import Engine, default_model_path
 from luce_engine.speculative import ChainSpeculator
 from luce_engine.tree_speculative import TreeSpeculator
-
 from test_shipped_draft import NEAR_TIE, _prompts, draft, model  # noqa: F401  (its model and draft fixtures)
 from tools.dflash_train.prompt_ids import PromptEncoder
 
 N_PROMPTS, N_TOKENS, BUDGET = 12, 64, 16
+
 
 def generate(model, p, spec_factory=None):
     eng = Engine(model, n_ctx=512, n_verify_max=BUDGET + 1)
