@@ -56,14 +56,16 @@ def test_json_tool_call_streams_name_then_argument_fragments(json_server):
 
 
 def test_merged_steps_give_the_same_call(tmp_path_factory):
-    """The default --stream-interval merges the fast steps: the call's argument fragments go out
-    together, the parsed call is the same."""
+    """A long --stream-interval merges the fast steps: the parsed call is the same. How many
+    fragments go out depends on when the loop comes back from its last write (a busy machine picks
+    up the held steps sooner), so only the upper bound is fixed here; the merging itself is
+    test_server_units' test of merge()."""
     with _server(tmp_path_factory, "json-tools-merged", JSON_SCRIPT, QWEN3_TOOLS, "--stream-interval", "5000") as s:
         content, calls, finish = _tool_stream(s.client())
     assert content == "Let me check." and finish == ["tool_calls"]
     assert calls[0].function.name == "get_weather" and calls[0].id.startswith("call_")
     fragments = [c.function.arguments for c in calls[1:]]
-    assert len(fragments) == 1 and json.loads(fragments[0]) == {"city": "Paris", "days": 3}
+    assert 1 <= len(fragments) <= 4 and json.loads("".join(fragments)) == {"city": "Paris", "days": 3}
 
 
 def test_json_tool_call_round_trip(json_server):

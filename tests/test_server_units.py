@@ -9,6 +9,7 @@ from luce_engine import Sampling
 from luce_tui import events
 from luce_tui.server import schema
 from luce_tui.server.app import _Reply
+from luce_tui.server.reply import merge
 from luce_tui.server.worker import Job
 
 
@@ -79,3 +80,20 @@ def test_a_stream_interval_holds_fast_steps_for_the_next_event():
         assert job.take() == [steps[1], steps[2], end]
 
     asyncio.run(main())
+
+
+def test_merge_joins_steps_of_one_kind_and_keeps_the_rest_apart():
+    """The deltas of steps taken together: content with content (spans kept), one call's argument
+    fragments with each other; a new call (it has an id) and a change of kind start a new delta."""
+    def args(i, text):
+        return {"tool_calls": [{"index": i, "function": {"arguments": text}}]}
+
+    def opening(i):
+        return {"tool_calls": [{"index": i, "id": f"call_{i}", "type": "function",
+                                "function": {"name": "f", "arguments": ""}}]}
+
+    deltas = [{"content": "a", "_spans": [("a", True)]}, {"content": "b", "_spans": [("b", False)]},
+              opening(0), args(0, '{"x": '), args(0, "1}"), {"reasoning_content": "r"}, {"reasoning_content": "s"},
+              opening(1), args(1, "{}"), args(1, "")]
+    assert merge(deltas) == [{"content": "ab", "_spans": [("a", True), ("b", False)]},
+                             opening(0), args(0, '{"x": 1}'), {"reasoning_content": "rs"}, opening(1), args(1, "{}")]

@@ -65,3 +65,27 @@ def test_replayed_verifies_equal_the_pieces_bit_for_bit(q4k_hybrid):
         np.testing.assert_array_equal(a, b)
     if ON_CUDA:
         assert g_stats["n_step_graph_replays"] >= 4
+
+
+@pytest.fixture(scope="module")
+def q4_0_dense(tmp_path_factory):
+    # Q4_0 (as SmolLM2's Q4_1 file): no matmul for luce's kernels, the steps are captured all the same
+    path = write_tiny_gguf(tmp_path_factory.mktemp("sg") / "q4_0.gguf",
+                           TinyConfig(arch="llama", n_vocab=256, head_dim=32, weight_type="q4_0", seed=42))
+    return Model(path, device=DEVICE, n_threads=THREADS)
+
+
+def test_a_dense_model_without_kernel_matmuls_replays_its_steps_bit_for_bit(q4_0_dense):
+    (graphs, g_stats), (plain, p_stats) = verify_cycles(q4_0_dense, True), verify_cycles(q4_0_dense, False)
+    for a, b in zip(graphs, plain):
+        np.testing.assert_array_equal(a, b)
+    rows, tokens, d_stats = decode_rows(q4_0_dense, True, 40)
+    plain_rows, plain_tokens, _ = decode_rows(q4_0_dense, False, 40)
+    for a, b in zip(rows, plain_rows):
+        np.testing.assert_array_equal(a, b)
+    assert tokens == plain_tokens
+    assert p_stats["n_step_graph_replays"] == 0
+    if ON_CUDA:
+        assert g_stats["n_step_graph_replays"] >= 4 and d_stats["n_step_graph_replays"] >= 30
+    else:
+        assert g_stats["n_step_graph_replays"] == d_stats["n_step_graph_replays"] == 0

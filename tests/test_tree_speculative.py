@@ -96,9 +96,12 @@ def test_greedy_oracle_trees_accept_exactly_the_truth_path(dense, cache):
     truth = {len(p) + i: t for i, t in enumerate(plain)}
     for rank, missing_from, budget in [(0, None, 7), (0, None, 12), (1, None, 12), (2, None, 16), (3, None, 22),
                                        (0, 1, 8), (0, 3, 12), (1, 5, 16), (4, 2, 32)]:
-        checked = []
+        checked, diverged = [], []
 
         def check(spec, r, c):
+            if diverged or [truth.get(c + i) for i in range(len(r.tokens))] != r.tokens:
+                diverged.append(c)   # a near-tie flipped by the batch shape (assert_greedy_matches says)
+                return
             if r.finish_reason is None and len(r.tokens) > 0 and c + B < len(p) + 48:
                 want = truth_prefix_in_tree(spec.last_tree, truth, c)
                 assert r.n_accepted == want, (rank, missing_from, budget, c)
@@ -107,9 +110,9 @@ def test_greedy_oracle_trees_accept_exactly_the_truth_path(dense, cache):
         got, drafted, spec, eng = run(dense, p, 48, drafter=OracleTreeDrafter(truth, rank, missing_from),
                                       budget=budget, cache=cache, on_step=check)
         assert_greedy_matches(dense, p, got, plain, cache)
-        assert got == plain and eng.tokens == p + plain
+        assert eng.tokens == p + got and bool(diverged) == (got != plain)
         assert sum(drafted) == spec.stats.n_accepted and spec.stats.n_emitted == len(got)
-        assert checked and max(checked) > 0 or missing_from == 1
+        assert checked and max(checked) > 0 or missing_from == 1 or diverged
         assert spec.stats.n_drafted == spec.n_tree_nodes <= budget * spec.stats.n_steps
 
 

