@@ -1,7 +1,14 @@
-"""Verify cost by batch shape on the default model: a plain step, a chain verify and a DDTree verify
-(random tree) of n rows, median ms of --repeats after a warm-up; what an `auto` rule would calibrate.
+"""Verify cost by batch shape: a plain step, a chain verify of n rows and a DDTree verify of a tree
+of n nodes, median ms of --repeats after a warm-up; what an `auto` rule would calibrate, and the
+issue-19 bar on the 27B-shaped hybrid (tree verify at budget 22, 23 nodes, against the 16-token chain).
 
-    python bench/bench_tree_verify.py [--device cpu] [--threads 2] [--rows 5,9,16,17,23,33]
+    python bench/bench_tree_verify.py [--target T.gguf] [--device cpu] [--threads 2] [--rows 5,9,16,17,23,33]
+
+Each verify is followed by commit(0), which changes nothing (the verify cost alone); then a commit of
+a 4-token path (chain: commit(4), tree: commit_path of the deepest 4-node path; K/V rows moved, on a
+hybrid model its recurrence replayed), measured as verify + commit minus the verify alone (the
+context grows by 4 tokens each time, as in generation). Trees are best-first (engine/ddtree.py) from a synthetic draft
+whose rank-r candidate has probability 0.5^(r+1) at every depth (--tree-shape random: random parents).
 """
 from __future__ import annotations
 
@@ -12,6 +19,33 @@ import time
 import numpy as np
 
 from luce_engine import Engine, Model, default_model_path
+from luce_engine.ddtree import build_tree
+
+PATH_KEPT = 4
+
+
+def best_first_tree(x0: int, n: int, rng, vocab: int) -> tuple[list[int], list[int]]:
+    depth = min(n - 1, 15)
+    toks = rng.integers(0, vocab, (depth, n)).tolist()
+    logp = np.tile(np.log(0.5) * (np.arange(n) + 1), (depth, 1))
+    tree = build_tree(x0, np.array(toks), logp, n - 1, max_depth=depth)
+    return tree.tokens, tree.parents
+
+
+def random_tree(x0: int, n: int, rng, vocab: int) -> tuple[list[int], list[int]]:
+    return [x0] + [int(t) for t in rng.integers(0, vocab, n - 1)], [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
+
+
+def deepest_path(parents: list[int], k: int) -> list[int]:
+    depth = [0] * len(parents)
+    for i in range(1, len(parents)):
+        depth[i] = depth[parents[i]] + 1
+    node = max(range(len(parents)), key=lambda i: (depth[i], -i))
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = parents[node]
+    return path[::-1][:k]
 
 
 def main() -> int:
@@ -22,12 +56,15 @@ def main() -> int:
     ap.add_argument("--rows", default="5,9,16,17,23,33")
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--tree-shape", choices=("best-first", "random"), default="best-first")
     args = ap.parse_args()
     model = Model(args.target or default_model_path(), device=args.device, n_threads=args.threads)
     rows = [int(r) for r in args.rows.split(",")]
-    eng = Engine(model, n_ctx=args.context + max(rows) + 64, n_verify_max=max(rows))
+    grows = (args.repeats + 1) * (2 * PATH_KEPT * len(rows) + 1)   # the commits' and plain steps' tokens
+    eng = Engine(model, n_ctx=args.context + grows + max(rows) + 64, n_verify_max=max(rows), tree_verify=True)
     rng = np.random.default_rng(0)
-    eng.prefill([int(t) for t in rng.integers(100, 5000, args.context)])
+    vocab = min(model.n_vocab, 5000)
+    eng.prefill([int(t) for t in rng.integers(0, vocab, args.context)])
 
     def timed(fn) -> float:
         fn()   # warm-up: the graph of this shape
@@ -38,29 +75,40 @@ def main() -> int:
             ts.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(ts)
 
-    def step():
-        eng.step()
-        eng.truncate(args.context)
-
-    # every measurement ends with truncate(), which re-evaluates the context's last token: subtracted
-    base = timed(lambda: eng.truncate(args.context))
-    print(f"{model.name} on {model.device}, {args.threads} threads, context {args.context}")
-    print(f"plain step: {timed(step) - base:.1f} ms (truncate's 1-token re-evaluation, {base:.1f} ms, subtracted)")
+    print(f"{model.name} ({model.arch}) on {model.device}, {args.threads} threads, context {args.context}, "
+          f"{args.tree_shape} trees")
+    print(f"plain step: {timed(eng.step):.2f} ms")
+    print(f"{'rows':>4} | {'chain verify':>12} | {'tree verify':>11} | tree/chain | {'chain commit(4)':>15} | "
+          f"{'tree commit_path(4)':>19} | tree: leaves, depth")
+    make = best_first_tree if args.tree_shape == "best-first" else random_tree
+    x0 = int(rng.integers(0, vocab))
     for n in rows:
-        toks = [int(t) for t in rng.integers(100, 5000, n)]
-        parents = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
+        chain_toks = [x0] + [int(t) for t in rng.integers(0, vocab, n - 1)]
+        toks, parents = make(x0, n, rng, vocab)
+        path = deepest_path(parents, PATH_KEPT)
+        leaves = len(set(range(len(parents))) - set(parents))
+        depth = len(deepest_path(parents, n))
 
-        def chain():
-            eng.verify(toks, logits=False)
-            eng.commit(1)
-            eng.truncate(args.context)
+        def chain_verify():
+            eng.verify(chain_toks, logits=False)
+            eng.commit(0)
 
-        def tree():
+        def tree_verify():
             eng.verify_tree(toks, parents, logits=False)
-            eng.commit_path([0])
-            eng.truncate(args.context)
+            eng.commit(0)
 
-        print(f"{n:>3} rows: chain verify {timed(chain) - base:.1f} ms, tree verify + commit_path {timed(tree) - base:.1f} ms")
+        def chain_commit():
+            eng.verify(chain_toks, logits=False)
+            eng.commit(min(PATH_KEPT, n))
+
+        def tree_commit():
+            eng.verify_tree(toks, parents, logits=False)
+            eng.commit_path(path)
+
+        cv, tv = timed(chain_verify), timed(tree_verify)
+        cc, tc = timed(chain_commit) - cv, timed(tree_commit) - tv
+        print(f"{n:>4} | {cv:>9.2f} ms | {tv:>8.2f} ms | {tv / cv:>10.2f} | {cc:>12.2f} ms | {tc:>16.2f} ms | "
+              f"{leaves}, {depth}")
     return 0
 
 

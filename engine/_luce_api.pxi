@@ -80,6 +80,7 @@ cdef extern from "luce.h" nogil:
         luce_rollback rollback
         bint small_batch_kernels
         bint step_graphs
+        bint tree_verify
         bint debug_piecewise
         bint debug_staged_state_io
     luce_engine_params luce_engine_default_params()

@@ -85,21 +85,24 @@ class Engine:
                  rollback: str = ENGINE_DEFAULTS["rollback"],
                  small_batch_kernels: bool = ENGINE_DEFAULTS["small_batch_kernels"],
                  step_graphs: bool = ENGINE_DEFAULTS["step_graphs"],
+                 tree_verify: bool = ENGINE_DEFAULTS["tree_verify"],
                  debug_piecewise: bool = ENGINE_DEFAULTS["debug_piecewise"],
                  debug_staged_state_io: bool = ENGINE_DEFAULTS["debug_staged_state_io"]):
         """rollback: "replay" or "snapshot", how commit() restores a hybrid model's recurrent state
         after a verify (luce_rollback in luce.h); small_batch_kernels: CUDA decode steps and verifies
         of 1..16 tokens on luce's own matmul kernels; step_graphs: each of those captured once as one
-        CUDA graph and replayed; debug_piecewise: CPU debugging, every graph computed in
+        CUDA graph and replayed; tree_verify: a hybrid model's verify_tree() planned and possible
+        (dense models tree-verify without it); debug_piecewise: CPU debugging, every graph computed in
         pieces (must match bit for bit); debug_staged_state_io: CPU debugging, load_state copies
         through the staging buffers as into a GPU."""
         self.model = model
         self.cache_type_k, self.cache_type_v = cache_type_k, cache_type_v
         self.rollback = rollback
+        self.tree_verify = tree_verify
         self._core = _core.CoreEngine(model._core, dict(
             n_ctx=n_ctx, n_batch=n_batch, cache_type_k=cache_type_k, cache_type_v=cache_type_v, kv_rotation=kv_rotation,
             n_verify_max=n_verify_max, rollback=rollback, small_batch_kernels=small_batch_kernels,
-            step_graphs=step_graphs, debug_piecewise=debug_piecewise,
+            step_graphs=step_graphs, tree_verify=tree_verify, debug_piecewise=debug_piecewise,
             debug_staged_state_io=debug_staged_state_io))
         self.n_verify_max = n_verify_max
         self._lock = threading.Lock()

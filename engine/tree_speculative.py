@@ -1,4 +1,4 @@
-"""Tree speculative decoding (DDTree, docs/algorithms.md §3) on a dense Engine: one draft pass gives
+"""Tree speculative decoding (DDTree, docs/algorithms.md §3) on an Engine: one draft pass gives
 per depth the draft's top candidates; the `budget` most probable prefixes form a tree that the
 target verifies in one batch (Engine.verify_tree); the walk from the root follows the target.
 
@@ -16,7 +16,8 @@ Exactness: as for the chain (speculative.py), every emitted token is the target'
 position, drawn once with the engine's generator in plain decoding's order; each row is conditioned
 on exactly its root path (ancestor mask, positions = depth). Greedy output equals plain greedy;
 sampled output is an exact draw (for a seed, the same tokens as plain sampling).
-Hybrid (qwen35) targets are not supported here: Engine.verify_tree raises, use ChainSpeculator.
+Hybrid (qwen35) targets need their Engine created with tree_verify=True: the recurrent layers run
+each root-to-leaf path from the committed state, and commit_path replays the kept one.
 """
 from __future__ import annotations
 
@@ -28,9 +29,15 @@ from luce_engine.ddtree import Tree, build_tree, top_candidates
 from luce_engine.sampling import Sampling
 from luce_engine.speculative import ChainSpeculator, Drafter
 
-# Targets whose Engine.verify_tree runs: attention-only (the hybrid qwen35 would need per-branch
-# recurrent state, docs/algorithms.md §3.4).
+# Attention-only targets: Engine.verify_tree runs on any engine. Hybrid ones (qwen35) need an engine
+# created with tree_verify=True (its paths' recurrence is planned then).
 TREE_ARCHS = frozenset({"llama", "qwen3"})
+HYBRID_TREE_ARCHS = frozenset({"qwen35"})
+
+
+def tree_capable(engine) -> bool:
+    arch = engine.model.arch
+    return arch in TREE_ARCHS or (arch in HYBRID_TREE_ARCHS and engine.tree_verify)
 
 
 def draft_candidates(drafter: Drafter, x0: int, pos0: int, n_depth: int, k: int,
@@ -56,8 +63,11 @@ class TreeSpeculator(ChainSpeculator):
                  temperature: float = 1.0, capture_ring: int = 4096):
         if budget < 1:
             raise ValueError("the tree budget must be >= 1")
-        if engine.model.arch not in TREE_ARCHS:
-            raise ValueError(f"tree speculation needs a dense target ({', '.join(sorted(TREE_ARCHS))}); "
+        if not tree_capable(engine):
+            if engine.model.arch in HYBRID_TREE_ARCHS:
+                raise ValueError(f"tree speculation on a hybrid ({engine.model.arch}) target needs the Engine created "
+                                 "with tree_verify=True")
+            raise ValueError(f"tree speculation needs a {', '.join(sorted(TREE_ARCHS | HYBRID_TREE_ARCHS))} target; "
                              f"{engine.model.arch} is not one (use chain speculation)")
         if budget + 1 > engine.n_verify_max:
             raise ValueError(f"a tree of {budget} nodes plus its root exceeds the engine's n_verify_max "

@@ -140,7 +140,7 @@ def _model_flags(p: argparse.ArgumentParser, chat) -> None:
                        help="draft tokens proposed per step (default: the draft's block size - 1)")
     model.add_argument("--spec", choices=("auto", "chain", "tree", "off"),
                        help="speculative decoding with --draft: chain, tree (DDTree: one draft pass verified as a "
-                            "tree of --tree-budget nodes; dense targets only), off, or auto (default; for now "
+                            "tree of --tree-budget nodes), off, or auto (default; for now "
                             "always chain)")
     model.add_argument("--tree-budget", type=_positive, metavar="N",
                        help=f"--spec tree: draft-tree nodes verified per step (default {config.DEFAULT_TREE_BUDGET})")
@@ -355,12 +355,11 @@ def _tree_budget(settings: config.EngineSettings) -> int:
 
 def _check_tree_target(model) -> None:
     from luce_engine.errors import UnsupportedModelError
-    from luce_engine.tree_speculative import TREE_ARCHS
+    from luce_engine.tree_speculative import HYBRID_TREE_ARCHS, TREE_ARCHS
 
-    if model.arch not in TREE_ARCHS:
-        raise UnsupportedModelError(f"--spec tree needs a dense target ({', '.join(sorted(TREE_ARCHS))}); "
-                                    f"{model.name} is {model.arch} (hybrid: tree verification is not implemented "
-                                    "for it yet); use --spec chain or auto")
+    if model.arch not in TREE_ARCHS | HYBRID_TREE_ARCHS:
+        raise UnsupportedModelError(f"--spec tree needs a {', '.join(sorted(TREE_ARCHS | HYBRID_TREE_ARCHS))} target; "
+                                    f"{model.name} is {model.arch}; use --spec chain or auto")
 
 
 def print_plan(settings: config.EngineSettings) -> int:

@@ -72,7 +72,8 @@ class EngineSettings:
     def engine_params(self) -> dict:
         """Engine() keyword arguments of the behaviour flags that were given."""
         given = {"rollback": self.rollback, "small_batch_kernels": self.small_batch_kernels,
-                 "step_graphs": self.step_graphs}
+                 "step_graphs": self.step_graphs,
+                 "tree_verify": True if self.spec == "tree" else None}   # a hybrid target's tree scratch
         return {k: v for k, v in given.items() if v is not None}
 
     def draft_params(self) -> dict:

@@ -305,8 +305,8 @@ def test_prompt_with_a_draft_model_gives_the_plain_greedy_answer(tmp_path):
 
 def test_spec_tree_gives_the_plain_greedy_answer_and_plans_its_verify(tmp_path):
     """--spec tree on a dense target: the same greedy text, the stats line names the tree and its
-    budget, --plan sizes the verify for budget + 1 rows; a hybrid target is refused with a clear
-    error (tree verification is dense-only), and auto / chain stay on the chain."""
+    budget, --plan sizes the verify for budget + 1 rows; a hybrid target too (its paths' recurrence),
+    and auto / chain stay on the chain."""
     from tools.tiny_dflash import TinyDraftConfig, write_tiny_dflash
     from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
@@ -330,8 +330,12 @@ def test_spec_tree_gives_the_plain_greedy_answer_and_plans_its_verify(tmp_path):
     hcfg = TinyConfig(arch="qwen35", n_layer=4, head_dim=32, seed=8, tokenizer_from=str(le.default_model_path()))
     hybrid = write_tiny_gguf(tmp_path / "h.gguf", hcfg)
     hdraft = write_tiny_dflash(tmp_path / "hd.gguf", hybrid, TinyDraftConfig(block_size=8))
-    r = luce("-p", "hi", "--target", hybrid, "--draft", hdraft, "--spec", "tree", *COMMON)
-    assert r.returncode == 2 and "--spec tree needs a dense target" in r.stderr and "--spec chain" in r.stderr
+    hbase = ["-p", "hi", "--target", hybrid, *COMMON, "--temp", "0", "--max-tokens", "16", "--stats"]
+    hplain, htree = luce(*hbase), luce(*hbase, "--draft", hdraft, "--spec", "tree", "--tree-budget", "12")
+    assert hplain.returncode == htree.returncode == 0, htree.stderr
+    assert htree.stdout == hplain.stdout and hplain.stdout.strip()
+    if "AL " in htree.stderr:
+        assert "(tree, budget 12)" in htree.stderr
 
 
 # -- first-run defects (issue 15) ----------------------------------------------------------------

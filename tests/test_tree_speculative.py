@@ -1,9 +1,9 @@
-"""Tree speculative decoding (luce_engine.tree_speculative) is exact on dense targets: oracle drafters
+"""Tree speculative decoding (luce_engine.tree_speculative) is exact on dense and hybrid targets: oracle drafters
 put the target's own continuation at a chosen rank of every depth (or leave it out from a depth on),
 and each step must accept exactly the deepest prefix of it that the tree holds; random trees; every
 KV cache type; greedy output equals plain greedy, sampled output equals plain sampling for a seed
 and passes a chi-square test that a deliberately wrong rule fails; EOS and max_tokens cut at the
-exact token; hybrid targets are refused."""
+exact token; a hybrid target's engine must be made for trees."""
 from __future__ import annotations
 
 import collections
@@ -59,16 +59,19 @@ class RandomTreeDrafter(OracleTreeDrafter):
         return toks, lp
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen3"])
+@pytest.fixture(scope="module", params=["llama", "qwen3", "qwen35"])
 def dense(request, tmp_path_factory):
-    cfg = TinyConfig(arch=request.param, n_vocab=V, head_dim=32, seed=21)
+    """A dense target, or the hybrid qwen35 (its engines are made with tree_verify)."""
+    extra = {"n_layer": 4} if request.param == "qwen35" else {}
+    cfg = TinyConfig(arch=request.param, n_vocab=V, head_dim=32, seed=21, **extra)
     return Model(write_tiny_gguf(tmp_path_factory.mktemp("ts") / f"{request.param}.gguf", cfg), device=DEVICE,
                  n_threads=THREADS)
 
 
 def run(model, p, n, *, sampling=Sampling(), drafter=None, budget=12, cache="f16", stop_ids=(), spec_cls=TreeSpeculator,
         on_step=None):
-    eng = Engine(model, n_ctx=512, cache_type_k=cache, cache_type_v=cache, n_verify_max=max(B, budget + 1))
+    eng = Engine(model, n_ctx=512, cache_type_k=cache, cache_type_v=cache, n_verify_max=max(B, budget + 1),
+                 tree_verify=True)
     spec = spec_cls(eng, drafter, budget=budget) if drafter else None
     toks, drafted = [], []
     for r in eng.generate(p, sampling=sampling, max_tokens=n, stop_token_ids=stop_ids, speculator=spec):
@@ -228,12 +231,12 @@ def test_eos_and_max_tokens_inside_a_tree_path(dense):
 
 
 def test_bad_settings_and_hybrid_targets(dense, tmp_path):
-    eng = Engine(dense, n_ctx=64, n_verify_max=8)
+    eng = Engine(dense, n_ctx=64, n_verify_max=8, tree_verify=True)
     with pytest.raises(ValueError, match="n_verify_max >= 9"):
         TreeSpeculator(eng, OracleTreeDrafter({}), budget=8)
     with pytest.raises(ValueError, match="budget must be >= 1"):
         TreeSpeculator(eng, OracleTreeDrafter({}), budget=0)
     cfg = TinyConfig(arch="qwen35", n_vocab=V, n_layer=4, head_dim=32, seed=3)
     hybrid = Model(write_tiny_gguf(tmp_path / "h.gguf", cfg), device=DEVICE, n_threads=THREADS)
-    with pytest.raises(ValueError, match="dense target"):
+    with pytest.raises(ValueError, match="tree_verify=True"):
         TreeSpeculator(Engine(hybrid, n_ctx=64, n_verify_max=9), OracleTreeDrafter({}), budget=8)

@@ -144,6 +144,8 @@ typedef struct luce_engine_params {
                                  // on luce's own kernels (cuda/small_batch_gemm.h); default true; no effect elsewhere
     bool    step_graphs;        // CUDA, with small_batch_kernels: each such step is captured once as one CUDA graph
                                 // (ggml's nodes and ours) and replayed; default true
+    bool    tree_verify;        // hybrid models: plan and reserve luce_engine_verify_tree's scratch (each
+                                // root-to-leaf path's recurrence; dense models need none); default false
     bool    debug_piecewise;    // debugging, CPU only: compute every graph in pieces cut around its matmuls
                                 // (graph_views.h), which must match the scheduler bit for bit; default false
     bool    debug_staged_state_io; // debugging, CPU only: state-file loads copy through the staging ring

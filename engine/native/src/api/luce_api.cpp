@@ -62,6 +62,7 @@ luce_engine_params luce_engine_default_params(void) {
     p.rollback = LUCE_ROLLBACK_REPLAY;
     p.small_batch_kernels = true;
     p.step_graphs = true;
+    p.tree_verify = false;
     p.debug_piecewise = false;
     p.debug_staged_state_io = false;
     return p;

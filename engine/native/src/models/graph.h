@@ -17,8 +17,12 @@ struct GraphShape {
     int n_kv = 0;           // cache cells attended: used length rounded up to 256
     bool logits_all = false;
     bool verify = false;    // hybrid: leave the state; keep what rollback needs (recurrent_state.h)
+    // hybrid tree verify: the recurrent layers run tree_paths sequences of tree_depth tokens
+    // (tree_paths.h); 0 for every other graph
+    int tree_paths = 0, tree_depth = 0;
     bool operator==(const GraphShape & o) const {
-        return n_tokens == o.n_tokens && n_kv == o.n_kv && logits_all == o.logits_all && verify == o.verify;
+        return n_tokens == o.n_tokens && n_kv == o.n_kv && logits_all == o.logits_all && verify == o.verify &&
+               tree_paths == o.tree_paths && tree_depth == o.tree_depth;
     }
 };
 
@@ -45,6 +49,8 @@ struct ForwardGraph : TokenBatchGraph {
     ggml_tensor * argmax = nullptr;   // I32 [n_out]: greedy token per row
     ggml_tensor * logit_sums = nullptr;   // F32 [1, n_out]: finite iff the row is
     ggml_tensor * cap_idx = nullptr;  // I64 [n_tokens]: capture ring rows (position mod ring), if capturing
+    ggml_tensor * path_rows = nullptr;   // I32 [tree_paths · tree_depth]: TreePaths::path_rows (hybrid tree verify)
+    ggml_tensor * node_slot = nullptr;   // I32 [n_tokens]: TreePaths::node_slot
 };
 
 size_t graph_max_nodes(const Model & m);

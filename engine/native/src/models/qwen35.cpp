@@ -85,22 +85,23 @@ struct DeltaInputs {
     ggml_tensor *q, *k, *v;   // [S, Hk, n], [S, Hk, n], [S, Hv, n]
 };
 
-// The recurrence's q, k (L2-normed) and v of n tokens, from their causal conv window xin
-// [Kc-1+n, C] (contiguous): the same nodes for a forward pass and for a rollback's replay, so both
-// round alike.
-static DeltaInputs conv_qkv(ggml_context * ctx, const HParams & hp, const LayerWeights & L, ggml_tensor * xin, int64_t n) {
+// The recurrence's q, k (L2-normed) and v of n tokens in each of n_seqs sequences, from their causal
+// conv windows xin [Kc-1+n, C, n_seqs] (contiguous): the same nodes for a forward pass, a tree's
+// paths and a rollback's replay, so all round alike.
+static DeltaInputs conv_qkv(ggml_context * ctx, const HParams & hp, const LayerWeights & L, ggml_tensor * xin, int64_t n,
+                            int64_t n_seqs = 1) {
     const int64_t S = hp.ssm_state, Hk = hp.ssm_groups, Hv = hp.ssm_heads, C = hp.conv_channels(), Kc = hp.ssm_conv;
-    ggml_tensor * c = ggml_silu(ctx, ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xin, Kc - 1 + n, C, 1), L.ssm_conv1d));   // [C, n, 1]
+    ggml_tensor * c = ggml_silu(ctx, ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xin, Kc - 1 + n, C, n_seqs), L.ssm_conv1d));   // [C, n, n_seqs]
 
     const size_t f = ggml_element_size(c);
-    ggml_tensor * v = ggml_view_4d(ctx, c, S, Hv, n, 1, S * f, C * f, C * n * f, size_t(2 * Hk * S) * f);
+    ggml_tensor * v = ggml_view_4d(ctx, c, S, Hv, n, n_seqs, S * f, C * f, C * n * f, size_t(2 * Hk * S) * f);
     // L2 norm per head: x / sqrt(Σx² + eps), as rms_norm with eps/S scaled back by 1/sqrt(S).
     // q and k heads are adjacent in each row of c, so one norm and one scale serve both.
     const float inv_sqrt_s = 1.0f / std::sqrt(float(S));
-    ggml_tensor * qk = ggml_view_4d(ctx, c, S, 2 * Hk, n, 1, S * f, C * f, C * n * f, 0);
+    ggml_tensor * qk = ggml_view_4d(ctx, c, S, 2 * Hk, n, n_seqs, S * f, C * f, C * n * f, 0);
     qk = ggml_scale(ctx, ggml_rms_norm(ctx, qk, hp.rms_eps / float(S)), inv_sqrt_s);   // [S, 2·Hk, n]
-    ggml_tensor * q = ggml_view_4d(ctx, qk, S, Hk, n, 1, qk->nb[1], qk->nb[2], qk->nb[3], 0);
-    ggml_tensor * k = ggml_view_4d(ctx, qk, S, Hk, n, 1, qk->nb[1], qk->nb[2], qk->nb[3], size_t(Hk) * qk->nb[1]);
+    ggml_tensor * q = ggml_view_4d(ctx, qk, S, Hk, n, n_seqs, qk->nb[1], qk->nb[2], qk->nb[3], 0);
+    ggml_tensor * k = ggml_view_4d(ctx, qk, S, Hk, n, n_seqs, qk->nb[1], qk->nb[2], qk->nb[3], size_t(Hk) * qk->nb[1]);
     return {q, k, v};
 }
 
@@ -116,9 +117,33 @@ static ggml_tensor * recur_in_place(ggml_context * ctx, ggml_cgraph * gf, ggml_t
     return ggml_view_4d(ctx, r, S, Hv, n, 1, S * f, S * Hv * f, S * Hv * n * f, 0);
 }
 
+// A hybrid tree verify's recurrence (tree_paths.h): every root-to-leaf path runs as its own sequence
+// from the layer's committed conv window and state, on its nodes' projections gathered by
+// g.path_rows; each node's output is read back from one sequence through it (g.node_slot). The
+// state stays (commit_path replays the kept path, as commit does a chain). Returns [S, Hv, n].
+static ggml_tensor * tree_recurrence(ggml_context * ctx, const HParams & hp, const LayerWeights & L, const ForwardGraph & g,
+                                     ggml_tensor * conv_state, ggml_tensor * ssm_state, ggml_tensor * qkv,
+                                     ggml_tensor * gate_log, ggml_tensor * beta) {
+    const int64_t S = hp.ssm_state, Hv = hp.ssm_heads, C = hp.conv_channels(), W = hp.ssm_conv - 1;
+    const int64_t P = g.shape.tree_paths, Dm = g.shape.tree_depth, n = g.shape.n_tokens;
+    // conv windows [W + Dm, C, P]: the committed W inputs, then the path's own
+    ggml_tensor * path_in = ggml_reshape_3d(ctx, ggml_get_rows(ctx, qkv, g.path_rows), C, Dm, P);
+    path_in = ggml_cont(ctx, ggml_permute(ctx, path_in, 1, 0, 2, 3));                                 // [Dm, C, P]
+    ggml_tensor * windows = ggml_concat(ctx, ggml_repeat_4d(ctx, conv_state, W, C, P, 1), path_in, 0);
+    const DeltaInputs in = conv_qkv(ctx, hp, L, windows, Dm, P);
+    auto gather = [&](ggml_tensor * t) {   // [1, Hv, n, 1] per node -> [1, Hv, Dm, P] per path step
+        return ggml_reshape_4d(ctx, ggml_get_rows(ctx, ggml_reshape_2d(ctx, t, Hv, n), g.path_rows), 1, Hv, Dm, P);
+    };
+    ggml_tensor * state = ggml_repeat_4d(ctx, ssm_state, S, S, Hv, P);
+    ggml_tensor * r = ggml_gated_delta_net(ctx, in.q, in.k, in.v, gather(gate_log), gather(beta), state, 1);
+    const size_t f = ggml_element_size(r);
+    ggml_tensor * outs = ggml_view_2d(ctx, r, S * Hv, Dm * P, S * Hv * f, 0);   // [S·Hv, Dm·P], before the states
+    return ggml_reshape_4d(ctx, ggml_get_rows(ctx, outs, g.node_slot), S, Hv, n, 1);
+}
+
 // DeltaNet mixer (§2.1.2): returns [E, n] and writes the layer's new conv and recurrent state.
-static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const ContextState & kv, int il,
-                               ggml_tensor * h, int64_t n, bool verify) {
+static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const ContextState & kv,
+                               const ForwardGraph & graph, int il, ggml_tensor * h, int64_t n, bool verify) {
     const HParams & hp = m.hp;
     const LayerWeights & L = m.layers[size_t(il)];
     const int64_t S = hp.ssm_state, Hk = hp.ssm_groups, Hv = hp.ssm_heads, C = hp.conv_channels(), Kc = hp.ssm_conv;
@@ -153,6 +178,11 @@ static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model
     ggml_tensor * o;
     if (!verify) {
         o = recur_in_place(ctx, gf, ssm_state, in, g, beta);
+    } else if (graph.shape.tree_paths > 0) {   // only with replay (Engine::verify_tree): keep decay and beta as below
+        const size_t f = ggml_element_size(g);
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, g, ggml_view_2d(ctx, kv.rec.replay_g[size_t(il)], Hv, n, Hv * f, 0)));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, beta, ggml_view_2d(ctx, kv.rec.replay_beta[size_t(il)], Hv, n, Hv * f, 0)));
+        o = tree_recurrence(ctx, hp, L, graph, conv_state, ssm_state, qkv, g, beta);
     } else if (kv.rec.replay) {
         // the state stays; commit(k) replays the recurrence from the kept window, decay and beta
         const size_t f = ggml_element_size(g);
@@ -209,12 +239,19 @@ static std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const C
     auto g = new_forward_graph(m, shape, 4);   // M-RoPE positions: (t, h, w, e) blocks
     ggml_context * ctx = g->ctx;
     const int64_t n = shape.n_tokens;
+    if (shape.tree_paths > 0) {
+        g->path_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, int64_t(shape.tree_paths) * shape.tree_depth);
+        g->node_slot = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
+        for (ggml_tensor * t : {g->path_rows, g->node_slot}) ggml_set_input(t);
+        ggml_set_name(g->path_rows, "inp_tree_path_rows");
+        ggml_set_name(g->node_slot, "inp_tree_node_slot");
+    }
     ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, g->tokens);
     for (int il = 0; il < hp.n_layer; ++il) {
         const LayerWeights & L = m.layers[size_t(il)];
         capture_hidden(ctx, *g, kv, il, false, x);
         ggml_tensor * h = rms_norm_w(ctx, x, L.attn_norm, hp.rms_eps);
-        h = hp.is_recurrent(il) ? delta_net(ctx, g->gf, m, kv, il, h, n, shape.verify) : gated_attention(ctx, g->gf, m, kv, *g, il, h, n);
+        h = hp.is_recurrent(il) ? delta_net(ctx, g->gf, m, kv, *g, il, h, n, shape.verify) : gated_attention(ctx, g->gf, m, kv, *g, il, h, n);
         x = ggml_add(ctx, h, x);
         x = ggml_add(ctx, swiglu_ffn(ctx, L, rms_norm_w(ctx, x, L.ffn_norm, hp.rms_eps)), x);
         capture_hidden(ctx, *g, kv, il, true, x);

@@ -35,6 +35,8 @@ Engine::~Engine() {
     graph_.reset();
     replay_graphs_.clear();
     if (replay_alloc_) ggml_gallocr_free(replay_alloc_);
+    path_moves_.clear();
+    if (path_move_alloc_) ggml_gallocr_free(path_move_alloc_);
     small_batch_.reset();   // its events and stream belong to the runner's device: gone before it is
     runner_.reset();
 }
@@ -50,6 +52,22 @@ void Engine::reserve_worst_case() {
             throw Error(LUCE_ERR_MEMORY, "cannot reserve the rollback replay's scratch on " + m_.device_name);
         }
         compute += ggml_gallocr_get_buffer_size(replay_alloc_, 0);
+    }
+    if (kv_.rec.replay && params_.tree_verify) {
+        // a tree verify of n_verify_max nodes: its paths' recurrence at the widest and the longest
+        // bucketed shapes (tree_paths.h), and the commit's move of the longest path
+        const int nvm = kv_.rec.n_verify_max, W = 4;
+        for (const GraphShape & s : {GraphShape{nvm, kv_.n_ctx, true, true, tree_paths_max(nvm), W},
+                                     GraphShape{nvm, kv_.n_ctx, true, true, 1, tree_path_rows_max(nvm)}}) {
+            runner_->reserve(build_graph(m_, kv_, s)->gf, 0, "a tree verify of " + std::to_string(nvm) + " nodes");
+        }
+        compute = runner_->compute_bytes() + ggml_gallocr_get_buffer_size(replay_alloc_, 0);
+        path_move_alloc_ = ggml_gallocr_new(ggml_backend_dev_buffer_type(m_.dev));
+        const PathMoveGraph worst_move(m_, kv_, nvm);
+        if (!path_move_alloc_ || !ggml_gallocr_reserve(path_move_alloc_, worst_move.gf)) {
+            throw Error(LUCE_ERR_MEMORY, "cannot reserve the tree commit's scratch on " + m_.device_name);
+        }
+        compute += ggml_gallocr_get_buffer_size(path_move_alloc_, 0);
     }
     // measured now, plus what the small-batch kernels may hold
     plan_.compute = compute + (small_batch_ ? small_batch_scratch_bound(matmul_width(m_.hp)) : 0);
@@ -87,7 +105,12 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify,
         throw Error(LUCE_ERR_CONTEXT, "context full: " + std::to_string(n_past) + " + " + std::to_string(n) +
                                           " tokens exceed the capacity of " + std::to_string(kv_.n_ctx));
     }
-    const GraphShape shape{n, std::min(kv_.n_ctx, round_up(n_past + n, kCtxPad)), logits_all && n > 1, verify && m_.hp.hybrid()};
+    GraphShape shape{n, std::min(kv_.n_ctx, round_up(n_past + n, kCtxPad)), logits_all && n > 1, verify && m_.hp.hybrid()};
+    if (parents && m_.hp.hybrid()) {   // the recurrent layers run the tree's paths (verify_tree checked the rows)
+        tree_paths_ = tree_paths(parents, n);
+        shape.tree_paths = tree_paths_.n_paths;
+        shape.tree_depth = tree_paths_.depth;
+    }
     // a verify graph leaves the recurrent state untouched, so a failure needs no replay
     const bool replay_on_failure = m_.hp.hybrid() && !replaying_ && !shape.verify;
     logits_.invalidate();   // the logits tensor is rewritten (or freed) below: unread rows are lost
@@ -120,7 +143,7 @@ ForwardGraph & Engine::select_graph(const GraphShape & shape, bool piecewise) {
                                     },
                                     [&](ForwardGraph & g) {
                                         if (!piecewise) return;
-                                        for (ggml_tensor * t : {g.tokens, g.pos, g.kv_idx, g.cap_idx, g.mask}) {
+                                        for (ggml_tensor * t : {g.tokens, g.pos, g.kv_idx, g.cap_idx, g.mask, g.path_rows, g.node_slot}) {
                                             small_batch_->place_input(runner_->sched(), t);
                                         }
                                     });
@@ -150,6 +173,10 @@ void Engine::set_inputs(ForwardGraph & g, const int32_t * toks, int32_t n, const
     if (g.cap_idx) {
         for (auto & r : rows) r %= kv_.capture.ring;
         ggml_backend_tensor_set(g.cap_idx, rows.data(), 0, rows.size() * sizeof(int64_t));
+    }
+    if (g.path_rows) {
+        ggml_backend_tensor_set(g.path_rows, tree_paths_.path_rows.data(), 0, tree_paths_.path_rows.size() * sizeof(int32_t));
+        ggml_backend_tensor_set(g.node_slot, tree_paths_.node_slot.data(), 0, tree_paths_.node_slot.size() * sizeof(int32_t));
     }
     if (parents) {
         tree_mask(mask_buf_, g.shape.n_kv, n, n_past, parents);

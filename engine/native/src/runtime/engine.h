@@ -8,6 +8,8 @@
 #include "model.h"
 #include "sampler.h"
 #include "small_batch_runner.h"
+#include "path_move_graph.h"
+#include "tree_paths.h"
 
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
@@ -94,6 +96,7 @@ private:
     void set_inputs(ForwardGraph & g, const int32_t * tokens, int32_t n, const int32_t * parents);
     void begin_verify(const int32_t * tokens, int32_t n, bool keep_pre_logits);   // checks shared by both verifies
     void move_path_rows(const int32_t * nodes, int32_t k);   // engine_tree.cpp: KV and capture rows
+    void move_recurrent_path_inputs(const int32_t * nodes, int32_t k);   // engine_tree_hybrid.cpp
     // The tokens a penalty at tree node `node` looks at: the last `last_n` (all when < 0) of the
     // committed context followed by the node's root path.
     std::vector<int32_t> tree_history(int32_t node, int32_t last_n) const;
@@ -101,6 +104,7 @@ private:
     void check_no_pending() const;
     int32_t pending_ = 0;                      // provisional tokens of an uncommitted verify
     std::vector<int32_t> tree_parents_;        // of a pending tree verify (empty: a chain verify)
+    TreePaths tree_paths_;                     // of the last hybrid tree verify (its graph's path inputs)
     TurnCheckpoints checkpoints_;
     void restore_recurrent_after(int32_t k);   // from the snapshots
     void replay_recurrent(int32_t k);          // by replay (kv_.rec.replay)
@@ -118,6 +122,8 @@ private:
     std::unique_ptr<GraphRunner> runner_;    // the model's device (+ CPU fallback), one scheduler
     ggml_gallocr_t replay_alloc_ = nullptr;   // the replay graph's scratch (kv_.rec.replay), reserved for n_verify_max
     std::vector<std::unique_ptr<ReplayGraph>> replay_graphs_;   // per k, allocated once (replay_recurrent)
+    ggml_gallocr_t path_move_alloc_ = nullptr;   // the tree commit's scratch (hybrid, replay), reserved for n_verify_max
+    std::vector<std::unique_ptr<PathMoveGraph>> path_moves_;    // per path length (move_recurrent_path_inputs)
     // The last graph, replayed while its shape (and where it runs) repeats.
     struct GraphKey {
         GraphShape shape;

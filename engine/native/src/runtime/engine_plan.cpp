@@ -5,6 +5,7 @@
 #include "error.h"
 #include "memory_plan.h"
 #include "runtime.h"
+#include "tree_paths.h"
 
 #include <algorithm>
 
@@ -42,6 +43,19 @@ static uint64_t replay_scratch_bound(const HParams & hp, int n) {
     return 2 * layer + (1u << 20);
 }
 
+// Scratch of a hybrid tree verify's recurrence (tree_paths.h) beyond the verify's own: per DeltaNet
+// layer the gathered and transposed path inputs, their conv windows and outputs, normed q/k, the
+// state repeated per path and the outputs with each path's final state; twice over for placement.
+// Plus the commit's move of the longest path (the conv window transposed and gathered).
+static uint64_t tree_scratch_bound(const HParams & hp, int n) {
+    const uint64_t S = uint64_t(hp.ssm_state), Hk = uint64_t(hp.ssm_groups), Hv = uint64_t(hp.ssm_heads);
+    const uint64_t C = uint64_t(hp.conv_channels()), W = uint64_t(hp.ssm_conv - 1);
+    const uint64_t R = uint64_t(tree_path_rows_max(n)), P = uint64_t(tree_paths_max(n)), N = uint64_t(n);
+    const uint64_t layer = 4 * (3 * C * R + W * C * P + 4 * Hk * S * R + 2 * Hv * R + 2 * S * S * Hv * P + S * Hv * (R + N));
+    const uint64_t move = 4 * 2 * (W + N) * C;
+    return 2 * layer + move + (1u << 20);
+}
+
 luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params) {
     const luce_engine_params p = normalized_engine_params(m, params);
     const HParams & hp = m.hp;
@@ -60,6 +74,7 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     if (!device_is_cpu(m.dev) && (ggml_is_quantized(tk) || ggml_is_quantized(tv))) compute += 2 * uint64_t(p.n_ctx) * KVD * 2;
     if (!device_is_cpu(m.dev) && p.small_batch_kernels) compute += small_batch_scratch_bound(matmul_width(hp));
     if (replay) compute += replay_scratch_bound(hp, p.n_verify_max);
+    if (replay && p.tree_verify) compute += tree_scratch_bound(hp, p.n_verify_max);
     plan.compute = compute;
     plan.outputs = uint64_t(hp.n_vocab) * 4 * nb;
     finish_plan(plan, m.dev, m.buffer != nullptr);

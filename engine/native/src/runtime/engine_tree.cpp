@@ -1,4 +1,4 @@
-// engine_tree.cpp — tree verification (DDTree, docs/algorithms.md §3) on dense models: one batch
+// engine_tree.cpp — tree verification (DDTree, docs/algorithms.md §3): one batch
 // of n nodes with an ancestor mask and depth positions, then the commit of one root-to-node path,
 // whose K/V and captured features are moved into place without running the model again.
 #include "engine.h"
@@ -12,10 +12,15 @@
 namespace luce {
 
 void Engine::verify_tree(const int32_t * toks, const int32_t * parents, int32_t n, bool keep_pre_logits) {
-    if (m_.hp.hybrid()) {
-        // the recurrent layers would need per-branch conv and DeltaNet state (§3.4): not implemented
-        throw Error(LUCE_ERR_UNSUPPORTED, "tree verification is not supported for hybrid (" + m_.hp.arch +
-                                              ") models yet; use chain speculation (--spec chain)");
+    if (m_.hp.hybrid() && !params_.tree_verify) {
+        throw Error(LUCE_ERR_INVALID_ARG, "tree verification of a hybrid (" + m_.hp.arch + ") model needs the engine "
+                                          "created with tree_verify (its paths' scratch is planned then)");
+    }
+    if (m_.hp.hybrid() && !kv_.rec.replay) {
+        // the recurrent layers run each root-to-leaf path from the committed state (tree_paths.h), and
+        // commit_path replays the kept one: per-token snapshots would be per path
+        throw Error(LUCE_ERR_UNSUPPORTED, "tree verification of a hybrid (" + m_.hp.arch +
+                                              ") model needs rollback by replay (the default), not snapshots");
     }
     if (!parents) throw Error(LUCE_ERR_INVALID_ARG, "a tree verify needs parent ids");
     begin_verify(toks, n, keep_pre_logits);
@@ -59,6 +64,10 @@ void Engine::commit_path(const int32_t * nodes, int32_t k) {
     }
     const size_t n0 = tokens_.size() - size_t(pending_);
     move_path_rows(nodes, k);
+    if (m_.hp.hybrid()) {   // the recurrence of the kept path, from its inputs moved into place like a chain's
+        move_recurrent_path_inputs(nodes, k);
+        replay_recurrent(k);
+    }
     for (int32_t d = 1; d < k; ++d) tokens_[n0 + size_t(d)] = tokens_[n0 + size_t(nodes[d])];   // nodes[d] >= d
     tokens_.resize(n0 + size_t(k));   // cells past this are hidden by the mask
     logits_.keep_only(nodes[k - 1]);

@@ -1,0 +1,66 @@
+// engine_tree_hybrid.cpp — commit_path on a hybrid model (qwen35): the tree verify left the state as
+// it was and kept every node's conv input, decay and beta in node order (qwen35.cpp); the kept
+// path's are moved into chain order on the device, then commit's replay recomputes its state.
+#include "engine.h"
+#include "error.h"
+#include "path_move_graph.h"
+
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+
+#include <vector>
+
+namespace luce {
+
+PathMoveGraph::PathMoveGraph(const Model & m, const ContextState & kv, int k) {
+    const HParams & hp = m.hp;
+    const int64_t C = hp.conv_channels(), W = hp.ssm_conv - 1, Hv = hp.ssm_heads;
+    const size_t n_nodes = size_t(12 * hp.n_layer + 16);
+    ggml_init_params ip = {ggml_tensor_overhead() * n_nodes + ggml_graph_overhead_custom(n_nodes, false), nullptr, true};
+    ctx = ggml_init(ip);
+    if (!ctx) throw Error(LUCE_ERR_MEMORY, "cannot create the tree commit's graph");
+    gf = ggml_new_graph_custom(ctx, n_nodes, false);
+    hist_cols = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, W + k);
+    rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, k);
+    ggml_set_input(hist_cols);
+    ggml_set_input(rows);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (!hp.is_recurrent(il)) continue;
+        // the window [W + n_verify_max, C] has time along its rows: gather columns through a
+        // contiguous transpose (every read before the write: the copy depends on the gather)
+        ggml_tensor * hist = kv.rec.conv_hist[size_t(il)];
+        ggml_tensor * picked = ggml_get_rows(ctx, ggml_cont(ctx, ggml_transpose(ctx, hist)), hist_cols);   // [C, W + k]
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_transpose(ctx, picked), ggml_view_2d(ctx, hist, W + k, C, hist->nb[1], 0)));
+        for (ggml_tensor * t : {kv.rec.replay_g[size_t(il)], kv.rec.replay_beta[size_t(il)]}) {   // [Hv, n_verify_max]
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_get_rows(ctx, t, rows), ggml_view_2d(ctx, t, Hv, k, t->nb[1], 0)));
+        }
+    }
+}
+
+PathMoveGraph::~PathMoveGraph() { ggml_free(ctx); }
+
+void Engine::move_recurrent_path_inputs(const int32_t * nodes, int32_t k) {
+    const int64_t W = m_.hp.ssm_conv - 1;
+    if (path_moves_.size() <= size_t(k)) path_moves_.resize(size_t(k) + 1);
+    std::unique_ptr<PathMoveGraph> & pm = path_moves_[size_t(k)];
+    if (!pm) {
+        pm = std::make_unique<PathMoveGraph>(m_, kv_, k);
+        const size_t before = ggml_gallocr_get_buffer_size(path_move_alloc_, 0);
+        if (!ggml_gallocr_alloc_graph(path_move_alloc_, pm->gf)) {
+            pm.reset();
+            throw Error(LUCE_ERR_MEMORY, "cannot allocate the tree commit's scratch on " + m_.device_name);
+        }
+        if (ggml_gallocr_get_buffer_size(path_move_alloc_, 0) != before) {   // the others' tensors moved
+            for (size_t i = 0; i < path_moves_.size(); ++i) if (i != size_t(k)) path_moves_[i].reset();
+        }
+    }
+    std::vector<int32_t> cols(size_t(W + k));
+    for (int64_t c = 0; c < W; ++c) cols[size_t(c)] = int32_t(c);
+    for (int32_t d = 0; d < k; ++d) cols[size_t(W + d)] = int32_t(W) + nodes[d];
+    ggml_backend_tensor_set(pm->hist_cols, cols.data(), 0, cols.size() * sizeof(int32_t));
+    ggml_backend_tensor_set(pm->rows, nodes, 0, size_t(k) * sizeof(int32_t));
+    const ggml_status st = ggml_backend_graph_compute(runner_->backend(), pm->gf);
+    if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, "moving the tree path's recurrent inputs failed on " + m_.device_name);
+}
+
+} // namespace luce
