@@ -19,8 +19,13 @@ export PYTHONUNBUFFERED=1
 SMOLLM2=${SMOLLM2:-$(python3 -c 'from luce_engine import default_model_path; print(default_model_path())')}
 status=0
 # llama_cpp before pytest's plugins: on the GPU image its CUDA load crashes when imported after them
+# (DDTREE_TESTS=0: the bench alone, when the `exact` suite of the same run has the tests)
+if [ "${DDTREE_TESTS:-1}" != 0 ]; then
 LUCE_TEST_DEVICE=cuda:0 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-s', '-p', 'no:cacheprovider',
     'tests/test_ddtree.py', 'tests/test_tree_verify.py', 'tests/test_tree_speculative.py', 'tests/test_tree_shipped_draft.py']))" 2>&1 | tee "$OUT/ddtree_tests_cuda.txt" || status=1
+else
+    echo "DDTREE_TESTS=0: tests left to the exact suite" > "$OUT/ddtree_tests_cuda.txt"
+fi
 python3 bench/bench_spec.py --real --spec both --tree-budget 4,8,16,22,32 --temps 0,0.7 --target "$SMOLLM2" \
     --device cuda:0 --threads 16 --per-category "${PER_CATEGORY:-4}" --tokens 256 \
     --json "$OUT/ddtree_real_cuda.json" 2>&1 | tee "$OUT/ddtree_real_cuda.txt" || status=1
