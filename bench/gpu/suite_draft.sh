@@ -20,7 +20,14 @@ while [ ! -f "$DRAFT_RUN/rc" ]; do sleep 5; done
 cp "$DRAFT_RUN/train.txt" "$RES/draft_train.txt"
 cp "$DRAFT_RUN"/out/train_summary.json "$RES/draft_train_summary.json" 2>/dev/null
 [ "$(cat "$DRAFT_RUN/rc")" = 0 ] || { summary "draft: training FAILED (draft_train.txt)"; exit 1; }
-cp "$DRAFT_RUN"/out/*.gguf engine/drafts/ && cp "$DRAFT_RUN"/out/*.gguf "$RES/"
+cp "$DRAFT_RUN"/out/*.gguf "$RES/"
+# the new file replaces the shipped one for the suites after this only if its held-out AL is higher
+al=$($PY -c "import json; print(json.load(open('$DRAFT_RUN/out/train_summary.json'))['heldout_al_t0_pytorch']['all'])" 2>/dev/null)
+if $PY -c "import sys; sys.exit(0 if float('${al:-0}') > float('${DRAFT_MIN_AL:-2.25}') else 1)"; then
+  cp "$DRAFT_RUN"/out/*.gguf engine/drafts/ && summary "draft: installed for the later suites (held-out AL $al)"
+else
+  summary "draft: NOT installed (held-out AL ${al:-?} <= ${DRAFT_MIN_AL:-2.25}, the shipped draft's)"
+fi
 # the corpus's continuations (committed with the draft: a later run reuses them) and the log
 cp "$DRAFT_RUN"/out/continuations.jsonl.gz "$RES/draft_continuations.jsonl.gz" 2>/dev/null
 cp "$DRAFT_RUN"/out/train_log.txt "$RES/draft_train_log.txt" 2>/dev/null
