@@ -574,6 +574,21 @@ cdef class CoreDraft:
         _check(st)
         return out
 
+    def top_candidates(self, int first, int n, int k, float temperature):
+        """Top-k tokens (int32 [n, k]) and full-vocabulary log-probabilities (float32 [n, k]) of
+        logits rows first..first+n-1 of the last block, computed on the draft's device."""
+        if n < 1 or k < 1:
+            raise ValueError(f"top_candidates needs n >= 1 rows and k >= 1, got n={n}, k={k}")
+        toks = np.empty((n, k), dtype=np.int32)
+        lp = np.empty((n, k), dtype=np.float32)
+        cdef int32_t[:, ::1] tv = toks
+        cdef float[:, ::1] lv = lp
+        cdef luce_status st
+        with nogil:
+            st = luce_draft_top_candidates(self.ptr, first, n, k, temperature, &tv[0, 0], &lv[0, 0])
+        _check(st)
+        return toks, lp
+
 
 cdef luce_scorer_params _scorer_params(int n_batch, int sparse_threshold, int sparse_sink, int sparse_window,
                                        int n_layers):

@@ -230,6 +230,8 @@ cdef extern from "luce.h" nogil:
     luce_status luce_draft_inject_captured(luce_draft * draft, const luce_engine * engine, int32_t start_pos, int32_t n)
     luce_status luce_draft_run(luce_draft * draft, int32_t x0, int32_t pos0, int32_t * out_tokens)
     luce_status luce_draft_logits(const luce_draft * draft, int32_t first, int32_t n, float * out)
+    luce_status luce_draft_top_candidates(luce_draft * draft, int32_t first, int32_t n, int32_t k, float temperature,
+                                          int32_t * out_tokens, float * out_logprobs)
 
     # ---- PFlash scorer
     ctypedef struct luce_scorer:

@@ -97,6 +97,23 @@ class DraftModel:
         """Logits of every row of the last block, float32 [block_size, n_vocab]."""
         return self._core.logits()
 
+    def top_candidates(self, k: int, temperature: float = 1.0, n_depth: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The k most probable tokens per depth 1..n_depth (logits rows 1..n_depth of the last block;
+        default all B-1) and their full-vocabulary log-probabilities at `temperature`, computed on the
+        draft's device: (tokens int64 [n_depth, k], logprobs float64 [n_depth, k]), each row by
+        descending log-probability, equal ones by ascending token id (ddtree.top_candidates on
+        logits() gives the same up to float32 rounding; which tokens tied at the k-th place are kept
+        is unspecified in both). k is clamped to n_vocab."""
+        if k < 1:
+            raise ValueError("k must be >= 1")
+        if not temperature > 0:
+            raise ValueError("the tree temperature must be > 0")
+        n = self.block_size - 1 if n_depth is None else int(n_depth)
+        if not 1 <= n <= self.block_size - 1:
+            raise ValueError(f"n_depth must be 1..{self.block_size - 1}, not {n_depth}")
+        toks, lp = self._core.top_candidates(1, n, min(int(k), self.n_vocab), float(temperature))
+        return toks.astype(np.int64), lp.astype(np.float64)
+
     def __repr__(self) -> str:
         return (f"DraftModel({Path(self.path).name!r}, {self.arch}/{self.dialect}, B={self.block_size}, "
                 f"capture={list(self.capture_layers)}, n_ctx_draft={self.n_ctx_draft})")

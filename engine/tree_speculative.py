@@ -43,11 +43,14 @@ def tree_capable(engine) -> bool:
 def draft_candidates(drafter: Drafter, x0: int, pos0: int, n_depth: int, k: int,
                      temperature: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Top-k (token, log-prob) per depth 1..n_depth of one draft pass: the drafter's own
-    `draft_candidates` when it has one (test oracles), else its logits rows 1..n_depth."""
+    `draft_candidates` when it has one (test oracles), else its `top_candidates` (DraftModel:
+    computed on its device, only n_depth x k values come back), else its logits rows 1..n_depth."""
     if hasattr(drafter, "draft_candidates"):
         toks, lp = drafter.draft_candidates(x0, pos0, k)
         return np.asarray(toks)[:n_depth], np.asarray(lp)[:n_depth]
     drafter.draft(x0, pos0)
+    if hasattr(drafter, "top_candidates"):
+        return drafter.top_candidates(k, temperature, n_depth)
     return top_candidates(drafter.logits()[1:1 + n_depth], k, temperature)
 
 

@@ -98,6 +98,18 @@ def test_commit_path_equals_plain_evaluation_of_the_path(dense, cache):
     """After each commit_path the engine matches a twin that verified the kept path as a chain in a
     batch of the same size and committed it (K/V moved as raw bytes: no trace of the other nodes,
     1e-5), and a fresh engine fed the whole context (batch shapes differ: FRESH_RTOL)."""
+    check_commit_path(dense, cache)
+
+
+@pytest.mark.parametrize("cache", ["q8_0", "q4_0"])
+def test_commit_path_with_rows_of_odd_byte_size(tmp_path, cache):
+    """One KV head of 32: a quantized row is one block (34 or 18 bytes), not whole 4-byte words, so
+    those rows move through the host instead of the device graph; the result is the same."""
+    cfg = TinyConfig(arch="llama", n_vocab=256, head_dim=32, n_head=2, n_head_kv=1, seed=33)
+    check_commit_path(Model(write_tiny_gguf(tmp_path / "odd.gguf", cfg), device=DEVICE, n_threads=THREADS), cache)
+
+
+def check_commit_path(dense, cache):
     rng = np.random.default_rng(4)
     p = prompt(29, 5)
     kw = dict(n_ctx=256, cache_type_k=cache, cache_type_v=cache)

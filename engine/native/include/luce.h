@@ -432,6 +432,13 @@ LUCE_API luce_status luce_draft_inject_captured(luce_draft * draft, const luce_e
 LUCE_API luce_status luce_draft_run(luce_draft * draft, int32_t x0, int32_t pos0, int32_t * out_tokens);
 // Copies logits rows first..first+n-1 of the last run ([n][n_vocab] floats; rows 0..B-1).
 LUCE_API luce_status luce_draft_logits(const luce_draft * draft, int32_t first, int32_t n, float * out);
+// The k most probable tokens of logits rows first..first+n-1 of the last run, computed on the
+// draft's device so only these cross to the host: out_tokens and out_logprobs are [n][k], each row
+// by descending log-probability, equal log-probabilities by ascending token id (which of the tokens
+// tied at the k-th place are kept is unspecified). The log-probabilities are over the full
+// vocabulary of logits / temperature (temperature > 0). k is 1..n_vocab.
+LUCE_API luce_status luce_draft_top_candidates(luce_draft * draft, int32_t first, int32_t n, int32_t k,
+                                               float temperature, int32_t * out_tokens, float * out_logprobs);
 
 // ---- PFlash scorer ------------------------------------------------------------------------
 // A small dense model (arch llama or qwen3) that ranks the tokens of a long prompt by the

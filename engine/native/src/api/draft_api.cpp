@@ -125,4 +125,12 @@ luce_status luce_draft_logits(const luce_draft * d, int32_t first, int32_t n, fl
     });
 }
 
+luce_status luce_draft_top_candidates(luce_draft * d, int32_t first, int32_t n, int32_t k, float temperature,
+                                      int32_t * out_tokens, float * out_logprobs) {
+    return guarded([&] {
+        REQUIRE(d && out_tokens && out_logprobs, "draft, out_tokens and out_logprobs are required");
+        d->ctx->top_candidates(first, n, k, temperature, out_tokens, out_logprobs);
+    });
+}
+
 } // extern "C"

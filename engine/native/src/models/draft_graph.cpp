@@ -69,6 +69,7 @@ DraftContext::DraftContext(DraftModel & d, int n_ctx_draft, bool small_batch_ker
 }
 
 DraftContext::~DraftContext() {
+    top_k_.reset();
     inject_.reset();
     draft_.reset();
     inject_ring_.reset();
@@ -274,7 +275,10 @@ DraftContext::Graph & DraftContext::draft_graph(int n_kv_ctx) {
             return g;
         },
         [&](Graph & g) { place_inputs(kDraft, B_, {g.tokens, g.pos, g.idx, g.mask, g.mask_swa}); });
-    if (built) prepare_kernels(kDraft, B_, draft_.graph->gf);
+    if (built) {
+        prepare_kernels(kDraft, B_, draft_.graph->gf);
+        draft_builds_++;
+    }
     return *draft_.graph;
 }
 
@@ -424,6 +428,80 @@ void DraftContext::copy_logits(int32_t first, int32_t n, float * out) const {
     }
     const size_t rb = size_t(d_.n_vocab()) * sizeof(float);
     ggml_backend_tensor_get(draft_.graph->logits, out, size_t(first) * rb, size_t(n) * rb);
+}
+
+// Top-k of logits rows first..first+n-1 over x = logits / T, with the log-probabilities as
+// (x_i - m) - log(sum_j exp(x_j - m)) for m the row maximum (no underflow of small probabilities,
+// as a log of the softmax would have). ggml_top_k returns its k indices in no particular order;
+// the host sorts those few. Dividing (not multiplying by 1/T) matches ddtree.top_candidates.
+void DraftContext::build_top_k(TopKGraph & g, const TopKKey & key) const {
+    const ggml_tensor * logits = draft_.graph->logits;   // [V, B], allocated by the draft's scheduler
+    const int64_t V = logits->ne[0], n = key.n;
+    ggml_init_params ip = {ggml_tensor_overhead() * 32 + ggml_graph_overhead_custom(32, false), nullptr, true};
+    g.ctx = ggml_init(ip);
+    if (!g.ctx) throw Error(LUCE_ERR_MEMORY, "cannot create the draft's top-k graph");
+    ggml_context * ctx = g.ctx;
+    g.gf = ggml_new_graph_custom(ctx, 32, false);
+    g.temperature = input(ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1), "draft_topk_temperature");
+    // The rows as a tensor of this graph over the logits' memory: a view would pull the whole draft
+    // graph in as its sources.
+    ggml_tensor * rows = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, V, n);
+    if (ggml_backend_tensor_alloc(logits->buffer, rows, static_cast<char *>(logits->data) + size_t(key.first) * logits->nb[1]) !=
+        GGML_STATUS_SUCCESS) {
+        throw Error(LUCE_ERR_COMPUTE, "cannot read the draft's logits for its top-k");
+    }
+    ggml_tensor * x = ggml_div(ctx, rows, g.temperature);                        // [V, n]
+    ggml_tensor * x3 = ggml_reshape_3d(ctx, x, 1, V, n);                         // for per-row gathers
+    ggml_tensor * at_max = ggml_reshape_2d(ctx, ggml_argmax(ctx, x), 1, n);      // [1, n]
+    ggml_tensor * m = ggml_reshape_2d(ctx, ggml_get_rows(ctx, x3, at_max), 1, n);
+    ggml_tensor * log_sum = ggml_log(ctx, ggml_sum_rows(ctx, ggml_exp(ctx, ggml_sub(ctx, x, m))));   // [1, n]
+    g.tokens = ggml_top_k(ctx, x, key.k);                                        // [k, n] I32
+    ggml_tensor * vals = ggml_reshape_2d(ctx, ggml_get_rows(ctx, x3, g.tokens), key.k, n);
+    g.logprobs = ggml_sub(ctx, ggml_sub(ctx, vals, m), log_sum);                 // [k, n]
+    for (ggml_tensor * t : {g.tokens, g.logprobs}) {
+        ggml_set_output(t);
+        ggml_build_forward_expand(g.gf, t);
+    }
+}
+
+void DraftContext::top_candidates(int32_t first, int32_t n, int32_t k, float temperature, int32_t * tokens,
+                                  float * logprobs) {
+    if (!have_logits_) throw Error(LUCE_ERR_STATE, "no draft logits: run a draft block first");
+    const int V = d_.n_vocab();
+    if (first < 0 || n < 1 || first + n > B_) {
+        throw Error(LUCE_ERR_INVALID_ARG, "draft logits rows " + std::to_string(first) + ".." + std::to_string(first + n - 1) +
+                                              " are not among the " + std::to_string(B_) + " of the block");
+    }
+    if (k < 1 || k > V) throw Error(LUCE_ERR_INVALID_ARG, "top-k needs k in 1.." + std::to_string(V) + ", not " + std::to_string(k));
+    if (!(temperature > 0.0f) || !std::isfinite(temperature)) {
+        throw Error(LUCE_ERR_INVALID_ARG, "the top-k temperature must be finite and > 0, not " + std::to_string(temperature));
+    }
+    const TopKKey key{first, n, k, draft_builds_, draft_.graph->logits->data};
+    const bool built = runner_.use(top_k_, key, kTopK, [] { return std::string("the draft's top-k"); }, [&] {
+        auto g = std::make_unique<TopKGraph>();
+        build_top_k(*g, key);
+        return g;
+    });
+    if (built) update_compute_bytes();   // its scheduler is not reserved up front
+    TopKGraph & g = *top_k_.graph;
+    ggml_backend_tensor_set(g.temperature, &temperature, 0, sizeof(float));
+    runner_.compute(g.gf, kTopK, "the draft's top-k");
+    const size_t kn = size_t(k) * size_t(n);
+    std::vector<int32_t> toks(kn);
+    std::vector<float> lp(kn);
+    ggml_backend_tensor_get(g.tokens, toks.data(), 0, kn * sizeof(int32_t));
+    ggml_backend_tensor_get(g.logprobs, lp.data(), 0, kn * sizeof(float));
+    std::vector<int32_t> order(static_cast<size_t>(k));
+    for (int32_t r = 0; r < n; ++r) {
+        const int32_t * t = toks.data() + size_t(r) * k;
+        const float * l = lp.data() + size_t(r) * k;
+        for (int32_t i = 0; i < k; ++i) order[size_t(i)] = i;
+        std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] != l[b] ? l[a] > l[b] : t[a] < t[b]; });
+        for (int32_t i = 0; i < k; ++i) {
+            tokens[size_t(r) * k + i] = t[order[size_t(i)]];
+            logprobs[size_t(r) * k + i] = l[order[size_t(i)]];
+        }
+    }
 }
 
 } // namespace luce

@@ -348,6 +348,9 @@ uint64_t draft_capture_ring_bytes(const DraftHParams & hp, int capture_ring) {
 //                 + n_kv·KV                  contiguous V^T
 //                 + 3·V·B )                  logits (an output: kept) and the tie-breaking argmax's
 //                                             [V, B] chain, which the allocator runs in place (1-2 buffers)
+//   top-k       4·3·V·B + 16·K·B            a tree's candidates (top_candidates): logits / T, minus
+//                                             the row max, its exp; the [k, B] gathers for k <= K =
+//                                             LUCE_MAX_STEP_TOKENS (a tree's budget is below it)
 //   + 4·V + 52·n + 28·B                      the argmax ramp (allocated beside the KV) and the small
 //                                             inputs: per row I32 positions (4 with M-RoPE), I64 cache
 //                                             rows, I32 ring rows / tokens
@@ -365,9 +368,10 @@ uint64_t draft_compute_bytes_estimate(const DraftModel & d, int n_ctx_draft) {
     const uint64_t inject = f32 * n * (Nf * E + 3 * E + 5 * KV);
     const uint64_t inject_ring = f32 * n * (2 * Nf * E + 3 * E + 5 * KV);
     const uint64_t draft = f32 * (B * (8 * E + 5 * Q + 5 * KV + 3 * F) + n_kv * B * (2 * Hq + 2) + n_kv * KV + 3 * V * B);
+    const uint64_t top_k = f32 * 3 * V * B + 4 * f32 * LUCE_MAX_STEP_TOKENS * B + 4096;   // + the [1, B] rows, padding
     // on a GPU, the small-batch kernels' scratch of the block's and the injection's runner
     const uint64_t kernels = device_is_cpu(d.dev) ? 0 : 2 * small_batch_scratch_bound(int64_t(std::max({Nf * E, F, E, Q})));
-    return inject + inject_ring + draft + small_inputs + f32 * V + kernels;
+    return inject + inject_ring + draft + top_k + small_inputs + f32 * V + kernels;
 }
 
 DraftPlan plan_draft(const DraftModel & d, int n_ctx_draft, int capture_ring) {

@@ -107,6 +107,9 @@ public:
     // Block [x0, M × (B-1)] at positions pos0..pos0+B-1; writes the greedy tokens of rows 1..B-1.
     void run(int32_t x0, int32_t pos0, int32_t * out_tokens);
     void copy_logits(int32_t first, int32_t n, float * out) const;
+    // Top-k tokens and full-vocabulary log-probabilities of logits rows first..first+n-1 at a
+    // temperature, computed on the device (luce_draft_top_candidates): [n][k] each, rows sorted.
+    void top_candidates(int32_t first, int32_t n, int32_t k, float temperature, int32_t * tokens, float * logprobs);
     int32_t n_logits() const { return have_logits_ ? B_ : 0; }
 
     int n_ctx_draft() const { return W_; }
@@ -126,7 +129,23 @@ private:
         ggml_tensor *mask = nullptr, *mask_swa = nullptr, *logits = nullptr, *argmax = nullptr;
         ~Graph() { if (ctx) ggml_free(ctx); }
     };
-    enum Kind { kInject, kDraft, kInjectRing, kKinds };   // the runner's schedulers
+    // Top-k over the draft graph's logits: the temperature is an input, the rest is the key.
+    struct TopKGraph {
+        ggml_context * ctx = nullptr;
+        ggml_cgraph * gf = nullptr;
+        ggml_tensor *temperature = nullptr, *tokens = nullptr, *logprobs = nullptr;
+        ~TopKGraph() { if (ctx) ggml_free(ctx); }
+    };
+    struct TopKKey {
+        int32_t first = 0, n = 0, k = 0;
+        int64_t draft_build = -1;        // the draft graph whose logits it reads (rebuilt: new tensors)
+        const void * logits = nullptr;   // and where they are
+        bool operator==(const TopKKey & o) const {
+            return first == o.first && n == o.n && k == o.k && draft_build == o.draft_build && logits == o.logits;
+        }
+    };
+    enum Kind { kInject, kDraft, kInjectRing, kTopK, kKinds };   // the runner's schedulers
+    void build_top_k(TopKGraph & g, const TopKKey & key) const;
     void build_inject(Graph & g, int n, const std::vector<ggml_tensor *> * rings = nullptr) const;
     void build_draft(Graph & g, int n_kv_ctx) const;
     Graph & inject_graph(int n);
@@ -160,6 +179,8 @@ private:
     GraphRunner::Cached<Graph, int> inject_;          // key: rows
     GraphRunner::Cached<Graph, int> draft_;           // key: attended context rows
     GraphRunner::Cached<Graph, std::pair<int, const void *>> inject_ring_;   // key: rows, the rings read
+    GraphRunner::Cached<TopKGraph, TopKKey> top_k_;
+    int64_t draft_builds_ = 0;            // draft graphs built so far (top_k_'s key)
     std::vector<int32_t> slot_pos_;       // position held by ring slot s, -1 = none
     int hi_slot_ = 0;                     // slots [0, hi) have been written at least once
     bool have_logits_ = false;

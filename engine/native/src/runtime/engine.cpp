@@ -37,6 +37,7 @@ Engine::~Engine() {
     if (replay_alloc_) ggml_gallocr_free(replay_alloc_);
     path_moves_.clear();
     if (path_move_alloc_) ggml_gallocr_free(path_move_alloc_);
+    if (move_alloc_) ggml_gallocr_free(move_alloc_);
     small_batch_.reset();   // its events and stream belong to the runner's device: gone before it is
     runner_.reset();
 }

@@ -97,6 +97,7 @@ private:
     void begin_verify(const int32_t * tokens, int32_t n, bool keep_pre_logits);   // checks shared by both verifies
     void move_path_rows(const int32_t * nodes, int32_t k);   // engine_tree.cpp: KV and capture rows
     void move_recurrent_path_inputs(const int32_t * nodes, int32_t k);   // engine_tree_hybrid.cpp
+    void move_rows_via_host(ggml_tensor * t, const int32_t * nodes, int32_t first, int32_t k);
     // The tokens a penalty at tree node `node` looks at: the last `last_n` (all when < 0) of the
     // committed context followed by the node's root path.
     std::vector<int32_t> tree_history(int32_t node, int32_t last_n) const;
@@ -121,6 +122,7 @@ private:
     ContextState kv_;                        // attention K/V, recurrent state, capture ring
     std::unique_ptr<GraphRunner> runner_;    // the model's device (+ CPU fallback), one scheduler
     ggml_gallocr_t replay_alloc_ = nullptr;   // the replay graph's scratch (kv_.rec.replay), reserved for n_verify_max
+    ggml_gallocr_t move_alloc_ = nullptr;     // commit_path's row-move graph: its index inputs and gathered rows
     std::vector<std::unique_ptr<ReplayGraph>> replay_graphs_;   // per k, allocated once (replay_recurrent)
     ggml_gallocr_t path_move_alloc_ = nullptr;   // the tree commit's scratch (hybrid, replay), reserved for n_verify_max
     std::vector<std::unique_ptr<PathMoveGraph>> path_moves_;    // per path length (move_recurrent_path_inputs)

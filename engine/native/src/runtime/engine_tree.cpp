@@ -4,8 +4,10 @@
 #include "engine.h"
 #include "error.h"
 
+#include "ggml-alloc.h"
 #include "ggml-backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -77,33 +79,93 @@ void Engine::commit_path(const int32_t * nodes, int32_t k) {
 
 // Node nodes[d] was written to cache row n0 + nodes[d]; it belongs at n0 + d. Its RoPE position is
 // already n0 + d (a node's position is its depth), so the rows move as raw bytes — whole
-// quantization blocks for q8_0/q4_0, never requantized. All sources are read before any write.
+// quantization blocks for q8_0/q4_0, never requantized — on the device, by one small graph: per
+// tensor a get_rows of the source rows, then a set_rows of them to their places, both on an F32
+// alias of the tensor's bytes (F32 get_rows/set_rows copy values without arithmetic, so any bit
+// pattern survives). Each set_rows reads its get_rows' result, so all of a tensor's sources are
+// read before any of its rows is written. The capture rings move the same way (position p lives in
+// ring row p % ring). A tensor whose rows are not whole 4-byte words (a quantized cache with an odd
+// number of blocks per row) takes the host round trip instead.
 void Engine::move_path_rows(const int32_t * nodes, int32_t k) {
     const int64_t n0 = int64_t(tokens_.size()) - pending_;
     int32_t first = 1;
     while (first < k && nodes[first] == first) ++first;
     if (first == k) return;   // the path is the first k rows already
-    const int32_t span = nodes[k - 1] + 1;   // rows n0 .. n0 + span - 1 hold every source
-    std::vector<uint8_t> buf;
-    auto move_rows = [&](ggml_tensor * t) {
-        const size_t rb = t->nb[1];
-        buf.resize(size_t(span) * rb);
-        ggml_backend_tensor_get(t, buf.data(), size_t(n0) * rb, buf.size());
-        for (int32_t d = first; d < k; ++d) std::memmove(buf.data() + size_t(d) * rb, buf.data() + size_t(nodes[d]) * rb, rb);
-        ggml_backend_tensor_set(t, buf.data() + size_t(first) * rb, size_t(n0 + first) * rb, size_t(k - first) * rb);
-    };
+    const int32_t m = k - first;   // rows to move; nodes[d] > d for each (the nodes increase)
+
+    std::vector<ggml_tensor *> kv_rows, ring_rows, host_rows;
     for (size_t il = 0; il < kv_.attn.k.size(); ++il) {
-        if (kv_.attn.k[il]) move_rows(kv_.attn.k[il]);
-        if (kv_.attn.v[il]) move_rows(kv_.attn.v[il]);
+        for (ggml_tensor * t : {kv_.attn.k[il], kv_.attn.v[il]}) {
+            if (t) (t->nb[1] % sizeof(float) == 0 ? kv_rows : host_rows).push_back(t);
+        }
     }
-    // The capture rings hold position p at row p % ring: the draft reads the path's features there.
-    const int64_t ring = kv_.capture.ring;
-    for (ggml_tensor * t : kv_.capture.rings) {
-        const size_t rb = t->nb[1];
-        buf.resize(size_t(k) * rb);
-        for (int32_t d = first; d < k; ++d) ggml_backend_tensor_get(t, buf.data() + size_t(d) * rb, size_t((n0 + nodes[d]) % ring) * rb, rb);
-        for (int32_t d = first; d < k; ++d) ggml_backend_tensor_set(t, buf.data() + size_t(d) * rb, size_t((n0 + d) % ring) * rb, rb);
+    for (ggml_tensor * t : kv_.capture.rings) ring_rows.push_back(t);   // F32 [E, ring]
+    for (ggml_tensor * t : host_rows) move_rows_via_host(t, nodes, first, k);
+
+    const size_t n_tensors = kv_rows.size() + ring_rows.size();
+    if (n_tensors == 0) return;
+    ggml_init_params ip = {ggml_tensor_overhead() * (3 * n_tensors + 8) + ggml_graph_overhead_custom(2 * n_tensors + 8, false),
+                           nullptr, /*no_alloc=*/true};
+    ggml_context * ctx = ggml_init(ip);
+    if (!ctx) throw Error(LUCE_ERR_MEMORY, "cannot create the path commit's graph");
+    struct FreeCtx {
+        ggml_context * c;
+        ~FreeCtx() { ggml_free(c); }
+    } free_ctx{ctx};
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 2 * n_tensors + 8, false);
+    auto indices = [&](ggml_type type, const char * name) {
+        ggml_tensor * t = ggml_new_tensor_1d(ctx, type, m);
+        ggml_set_name(t, name);
+        ggml_set_input(t);
+        return t;
+    };
+    ggml_tensor * kv_src = indices(GGML_TYPE_I32, "path_kv_src"), * kv_dst = indices(GGML_TYPE_I64, "path_kv_dst");
+    ggml_tensor * ring_src = indices(GGML_TYPE_I32, "path_ring_src"), * ring_dst = indices(GGML_TYPE_I64, "path_ring_dst");
+    auto move = [&](ggml_tensor * t, ggml_tensor * src, ggml_tensor * dst) {
+        ggml_tensor * words = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, int64_t(t->nb[1] / sizeof(float)), t->ne[1]);
+        if (ggml_backend_tensor_alloc(t->buffer, words, t->data) != GGML_STATUS_SUCCESS) {
+            throw Error(LUCE_ERR_COMPUTE, "cannot alias a cache tensor for the path commit on " + m_.device_name);
+        }
+        ggml_build_forward_expand(gf, ggml_set_rows(ctx, words, ggml_get_rows(ctx, words, src), dst));
+    };
+    for (ggml_tensor * t : kv_rows) move(t, kv_src, kv_dst);
+    for (ggml_tensor * t : ring_rows) move(t, ring_src, ring_dst);
+
+    if (!move_alloc_) move_alloc_ = ggml_gallocr_new(ggml_backend_dev_buffer_type(m_.dev));
+    if (!move_alloc_ || !ggml_gallocr_alloc_graph(move_alloc_, gf)) {
+        throw Error(LUCE_ERR_MEMORY, "cannot allocate the path commit's scratch on " + m_.device_name);
     }
+    const int64_t ring = std::max<int64_t>(kv_.capture.ring, 1);
+    std::vector<int32_t> src_kv(static_cast<size_t>(m)), src_ring(static_cast<size_t>(m));
+    std::vector<int64_t> dst_kv(static_cast<size_t>(m)), dst_ring(static_cast<size_t>(m));
+    for (int32_t i = 0; i < m; ++i) {
+        const int32_t d = first + i;
+        src_kv[size_t(i)] = int32_t(n0 + nodes[d]);
+        dst_kv[size_t(i)] = n0 + d;
+        src_ring[size_t(i)] = int32_t((n0 + nodes[d]) % ring);
+        dst_ring[size_t(i)] = (n0 + d) % ring;
+    }
+    // an index tensor no node reads has no memory (no K/V rows here, or no capture)
+    auto upload = [](ggml_tensor * t, const void * data, size_t bytes) {
+        if (t->buffer) ggml_backend_tensor_set(t, data, 0, bytes);
+    };
+    upload(kv_src, src_kv.data(), src_kv.size() * sizeof(int32_t));
+    upload(kv_dst, dst_kv.data(), dst_kv.size() * sizeof(int64_t));
+    upload(ring_src, src_ring.data(), src_ring.size() * sizeof(int32_t));
+    upload(ring_dst, dst_ring.data(), dst_ring.size() * sizeof(int64_t));
+    const ggml_status st = ggml_backend_graph_compute(runner_->backend(), gf);
+    if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, "moving the accepted path's cache rows failed on " + m_.device_name);
+}
+
+// The same for one K/V tensor through a host buffer: rows n0 .. n0 + nodes[k-1] hold every source.
+void Engine::move_rows_via_host(ggml_tensor * t, const int32_t * nodes, int32_t first, int32_t k) {
+    const int64_t n0 = int64_t(tokens_.size()) - pending_;
+    const int32_t span = nodes[k - 1] + 1;
+    const size_t rb = t->nb[1];
+    std::vector<uint8_t> buf(size_t(span) * rb);
+    ggml_backend_tensor_get(t, buf.data(), size_t(n0) * rb, buf.size());
+    for (int32_t d = first; d < k; ++d) std::memmove(buf.data() + size_t(d) * rb, buf.data() + size_t(nodes[d]) * rb, rb);
+    ggml_backend_tensor_set(t, buf.data() + size_t(first) * rb, size_t(n0 + first) * rb, size_t(k - first) * rb);
 }
 
 std::vector<int32_t> Engine::tree_history(int32_t node, int32_t last_n) const {
