@@ -4,7 +4,7 @@ target verifies in one batch (Engine.verify_tree); the walk from the root follow
 
 One step, with c tokens in the context and x0 the target's last choice (not yet evaluated):
 
-    candidates = drafter's top-k per depth 1..L     one draft pass (DraftModel: its logits rows 1..L)
+    candidates = drafter's top-k per depth 1..L     one draft pass, ranked on the draft's device (DraftModel)
     tree = build_tree(x0, candidates, budget)      node 0 = x0; <= budget more nodes, depth <= L
     verify_tree(tree)                              row n = the target after n's root path
     node = root; loop: y = sample(row node)        argmax at T = 0, else a draw from the processed
