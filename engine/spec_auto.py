@@ -25,7 +25,9 @@ Plain vs speculation: while plain wins, only a speculative step can tell that th
 predictable. A probe (one step of the best speculative mode, with candidates) comes after `gap`
 plain steps; gap starts at PROBE_GAP0, doubles after each probe that leaves plain ahead (up to
 PROBE_GAP_MAX) and is never less than the probe's predicted loss over PROBE_SHARE of a plain step,
-so probes cost at most PROBE_SHARE of the decode time. A probe still emits its tokens.
+so probes cost at most PROBE_SHARE of the decode time. A probe still emits its tokens. It feeds the
+draft the features of at most PROBE_CONTEXT of the positions decoded plainly since the last
+speculative step (the draft masks positions it was never given), so its cost stays bounded too.
 
 Exactness: a plain step is Engine.step (or, with the target's last choice x0 pending after a
 speculative step, the one-row verify of x0 that Engine.step would have decoded), a speculative step
@@ -50,6 +52,7 @@ ACC_ALPHA = 0.2          # weight of the newest acceptance count
 COST_ALPHA = 0.2         # weight of the newest cost measurement
 PROBE_SHARE = 0.02       # probes' loss as a share of the plain decode time, at most
 PROBE_GAP0, PROBE_GAP_MAX = 16, 1024
+PROBE_CONTEXT = 256      # a probe feeds the draft at most this many of the positions decoded plainly
 CAND_EVERY = 8           # a chain step computes candidates one step in this many while trees lose
 TREE_NEAR = 1.1          # ... and every step while the best tree is predicted within 10% of the chain
 
@@ -155,7 +158,7 @@ class AdaptiveSpeculator(ChainSpeculator):
         self.n_samples: collections.Counter = collections.Counter()   # mode -> acceptance counts seen
         self.resolved: collections.deque = collections.deque(maxlen=256)   # (c, mode, count), the latest
         self.mode_steps: collections.Counter = collections.Counter()  # mode -> steps run (all replies)
-        self.reply_tokens: collections.Counter = collections.Counter()   # mode -> tokens this reply
+        self.reply_tokens: collections.Counter = collections.Counter()   # mode -> tokens of this reply
         self.n_probes = self.n_calibrations = 0
         self.last_mode: str | None = None
         self.last_tree: Tree | None = None
@@ -169,11 +172,6 @@ class AdaptiveSpeculator(ChainSpeculator):
     def attach(self) -> None:
         super().attach()
         self._forget()
-
-    def prepare(self) -> None:
-        """Called by Engine.generate at the start of every reply: the reply's mode shares start over."""
-        super().prepare()
-        self.reply_tokens.clear()
 
     def describe(self) -> str:
         """The modes this reply used, by share of its tokens ("auto: plain 96%, chain of 15 4%")."""
@@ -198,8 +196,9 @@ class AdaptiveSpeculator(ChainSpeculator):
         for max_emit and stop_ids); returns a StepResult with per-token provenance."""
         eng = self.engine
         self.prepare()
-        if eng.n_past != self._expect_at:   # a new prompt, a truncation: the counterfactuals are stale
+        if eng.n_past != self._expect_at:   # a new reply (or a truncation): the counterfactuals are stale
             self._forget()
+            self.reply_tokens.clear()
         mode, probe = self.choose()
         self.n_probes += probe
         if mode == PLAIN:
@@ -265,7 +264,8 @@ class AdaptiveSpeculator(ChainSpeculator):
         # a probe: its loss against plain, bounded to PROBE_SHARE of the plain time between probes
         self._plain_run = 0
         emitted = 1 + self.acceptance[best_spec]
-        loss = max(0.0, (spec[best_spec] - pred[PLAIN]) * emitted)
+        catch_up = min(self.engine.n_past - self._injected, PROBE_CONTEXT) * costs.inject_row
+        loss = max(0.0, (spec[best_spec] - pred[PLAIN]) * emitted) + catch_up
         self._gap = max(min(2 * self._gap, PROBE_GAP_MAX), math.ceil(loss / (PROBE_SHARE * pred[PLAIN])))
         return best_spec, True
 
@@ -330,6 +330,8 @@ class AdaptiveSpeculator(ChainSpeculator):
         t0 = time.perf_counter()
         tree = Tree([x0], [-1], [0], [0.0])
         if n_depth > 0 and (mode == CHAIN or budget > 0):
+            if probe:   # the positions decoded plainly, fed to the draft up to a bound (the rest it never sees)
+                self._injected = max(self._injected, c - PROBE_CONTEXT)
             before = self._injected
             self._inject_up_to(c)
             t_inj = time.perf_counter()
