@@ -121,7 +121,7 @@ def test_sampling_with_a_seed_gives_plain_samplings_tokens(dense):
                                 (RandomTreeDrafter(1), AdaptiveSpeculator, None)]:
         got, spec, _ = run(dense, p, 60, drafter=drafter, sampling=s, cls=cls, costs=costs)
         assert got == plain
-    assert spec.stats.n_steps < len(plain) or cls is not Scheduled
+        assert spec.stats.n_accepted > 0 or isinstance(drafter, RandomTreeDrafter)
 
 
 def test_eos_and_max_tokens_at_the_exact_token_across_switches(dense):
