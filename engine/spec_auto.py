@@ -50,6 +50,7 @@ AUTO_TREE_BUDGETS = (8, 16, 32)   # the tree budgets auto weighs (with --tree-bu
 PLAIN, CHAIN = "plain", "chain"
 ACC_ALPHA = 0.2          # weight of the newest acceptance count
 COST_ALPHA = 0.2         # weight of the newest cost measurement
+SPIKE = 3.0              # a cost measurement counts as at most this many times the estimate
 PROBE_SHARE = 0.02       # probes' loss as a share of the plain decode time, at most
 PROBE_GAP0, PROBE_GAP_MAX = 16, 1024
 PROBE_CONTEXT = 256      # a probe feeds the draft at most this many of the positions decoded plainly
@@ -74,7 +75,10 @@ class StepCosts:
 
     def _update(self, key, old: float | None, ms: float) -> float:
         self._seen[key] += 1
-        return ms if old is None or self._seen[key] <= 2 else old + self.alpha * (ms - old)
+        if old is None or self._seen[key] <= 2:
+            return ms
+        # a step stalled by another process (a shared CPU) moves the estimate by at most 3x
+        return old + self.alpha * (min(ms, SPIKE * old) - old)
 
     def observe_plain(self, ms: float) -> None:
         self.plain = self._update("plain", self.plain, ms)
