@@ -251,3 +251,19 @@ def test_measured_costs_calibrate_each_tree_shape_at_most_once(dense):
     assert set(spec.costs.verify) >= {(CHAIN, B)} and spec.costs.plain > 0
     assert spec.describe().startswith("auto: ")
     assert np.isfinite([spec.predict(m) or 0.0 for m in spec.modes]).all()
+
+
+def test_calibration_verifies_change_nothing(dense):
+    """A calibration (a tree verify of dummy rows, then commit(0)) before every step, whatever the
+    step's mode and whether a token is pending: the output is still plain greedy's."""
+
+    class Calibrating(Scheduled):
+        def choose(self):
+            for b in BUDGETS:
+                self._calibrate(b + 1)
+            return super().choose()
+
+    p = prompt(24, 10)
+    plain, truth = plain_truth(dense, p)
+    got, spec, eng = run(dense, p, N, drafter=Oracle(truth, 1), cls=Calibrating)
+    assert got == plain and eng.tokens == p + plain and spec.n_calibrations >= len(BUDGETS) * 10
