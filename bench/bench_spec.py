@@ -108,8 +108,9 @@ def main() -> int:
     ap.add_argument("--draft", default=None, help="draft GGUF (--real: default the shipped draft)")
     ap.add_argument("--real", action="store_true", help="real prompts and real acceptance (bench_spec_real.py)")
     ap.add_argument("--per-category", type=int, default=0, help="--real: held-out prompts per category (0: all)")
-    ap.add_argument("--spec", choices=("chain", "tree", "both"), default="chain",
-                    help="--real: chain, DDTree at each --tree-budget, or both")
+    ap.add_argument("--spec", choices=("chain", "tree", "both", "auto", "all"), default="chain",
+                    help="--real: chain, DDTree at each --tree-budget, both, auto (luce_engine.spec_auto weighing "
+                         "plain, chain and the --tree-budget trees), or all of them")
     ap.add_argument("--tree-budget", default="4,8,16,22,32", help="--real: DDTree node budgets (comma list)")
     ap.add_argument("--temps", default="0,0.7", help="--real: temperatures (comma list)")
     ap.add_argument("--device", default="cpu")

@@ -3,14 +3,18 @@ prompts of its corpus (tools/dflash_train/corpus.py, never trained on), plain vs
 
     python bench/bench_spec.py --real [--device cpu] [--threads 2] [--per-category 40] [--tokens 256]
     python bench/bench_spec.py --real --spec both --tree-budget 4,8,16,22,32 --temps 0,0.7
+    python bench/bench_spec.py --real --spec all --tree-budget 8,16,32 --temps 0 --per-category 3
 
 Per temperature (0 and 0.7, same seed for plain and speculative): AL per category (tokens
 emitted per target verify), acceptance rate, acceptance by draft position (share of steps whose
 i-th draft was accepted), per mode (chain, and DDTree at each --tree-budget), decode tok/s plain vs speculative (prefill excluded), draft and verify ms
-per step. Each reply ends at the model's end of turn or after --tokens tokens. JSON to bench/results/.
+per step, decode tok/s per category; `auto` (luce_engine.spec_auto, weighing plain, the chain and
+the --tree-budget trees) also reports its share of tokens per mode. Each reply ends at the model's
+end of turn or after --tokens tokens. JSON to bench/results/.
 """
 from __future__ import annotations
 
+import collections
 import json
 import time
 from pathlib import Path
@@ -19,6 +23,7 @@ import numpy as np
 
 from luce_engine import DraftModel, Engine, Model, Sampling, default_model_path
 from luce_engine.default_draft import shipped_draft_path
+from luce_engine.spec_auto import AdaptiveSpeculator
 from luce_engine.speculative import ChainSpeculator, SpecStats
 from luce_engine.tree_speculative import TreeSpeculator
 from tools.dflash_train.corpus import CATEGORIES, heldout_prompts
@@ -38,16 +43,18 @@ def _decode(eng: Engine, ids: list[int], sampling: Sampling, n: int, spec=None) 
 
 
 def _modes(args) -> list[tuple[str, int]]:
-    """(name, tree budget; 0 = chain) for --spec chain|tree|both and --tree-budget."""
+    """(name, tree budget; 0 = chain, -1 = auto) for --spec chain|tree|both|auto|all and --tree-budget."""
     budgets = [int(b) for b in str(args.tree_budget).split(",") if b]
     spec = getattr(args, "spec", "chain") or "chain"
-    modes = [("chain", 0)] if spec in ("chain", "both") else []
-    if spec in ("tree", "both"):
+    modes = [("chain", 0)] if spec in ("chain", "both", "all") else []
+    if spec in ("tree", "both", "all"):
         modes += [(f"tree{b}", b) for b in budgets]
+    if spec in ("auto", "all"):
+        modes.append(("auto", -1))
     return modes
 
 
-def _summary(per_cat, acc_at, steps_k, totals) -> dict:
+def _summary(per_cat, acc_at, steps_k, totals, auto_tokens=None) -> dict:
     plain_tok, plain_s, spec_tok, spec_s, draft_ms, verify_ms, same, nodes = totals
     steps = sum(c["steps"] for c in per_cat.values())
     emitted = sum(c["emitted"] for c in per_cat.values())
@@ -56,6 +63,9 @@ def _summary(per_cat, acc_at, steps_k, totals) -> dict:
     return {
         "al": emitted / steps, "acceptance_rate": accepted / drafted if drafted else 0.0,
         "al_by_category": {c: v["emitted"] / v["steps"] if v["steps"] else 0.0 for c, v in per_cat.items()},
+        "plain_tok_s_by_category": {c: v["plain_tok"] / v["plain_s"] if v["plain_s"] else 0.0
+                                    for c, v in per_cat.items()},
+        "spec_tok_s_by_category": {c: v["spec_tok"] / v["spec_s"] if v["spec_s"] else 0.0 for c, v in per_cat.items()},
         "acceptance_by_position": (acc_at / steps).round(4).tolist(),
         "plain_tok_s": plain_tok / plain_s, "spec_tok_s": spec_tok / spec_s,
         "speedup": (spec_tok / spec_s) / (plain_tok / plain_s),
@@ -63,6 +73,7 @@ def _summary(per_cat, acc_at, steps_k, totals) -> dict:
         "verified_per_step": nodes / steps + 1,
         "steps": steps, "tokens_plain": plain_tok, "tokens_spec": spec_tok,
         "replies_identical_to_plain": same, "per_category": per_cat,
+        **({"auto_tokens_by_mode": dict(auto_tokens)} if auto_tokens else {}),
     }
 
 
@@ -78,9 +89,17 @@ def run(args) -> dict:
         prompts = [p for c in CATEGORIES for p in [q for q in prompts if q.category == c][:args.per_category]]
     modes = _modes(args)
     n_ctx = max(len(enc.encode(p.messages())) for p in prompts) + args.tokens + 64
-    eng = Engine(model, n_ctx=n_ctx, n_verify_max=max([k + 1] + [b + 1 for _, b in modes]))
-    specs = {name: ChainSpeculator(eng, draft, max_draft=k) if b == 0 else
-             TreeSpeculator(eng, draft, budget=b, max_depth=k) for name, b in modes}
+    budgets = [int(b) for b in str(args.tree_budget).split(",") if b]
+    auto = any(b < 0 for _, b in modes)
+    eng = Engine(model, n_ctx=n_ctx, n_verify_max=max([k + 1] + [b + 1 for _, b in modes] +
+                                                      [b + 1 for b in budgets if auto]))
+
+    def make(b: int):
+        if b < 0:
+            return AdaptiveSpeculator(eng, draft, max_draft=k, tree_budgets=budgets)
+        return ChainSpeculator(eng, draft, max_draft=k) if b == 0 else TreeSpeculator(eng, draft, budget=b, max_depth=k)
+
+    specs = {name: make(b) for name, b in modes}
     warm = enc.encode(prompts[0].messages())
     _decode(eng, warm, Sampling(), 32)
     for spec in specs.values():
@@ -90,8 +109,10 @@ def run(args) -> dict:
               "draft_max": k, "tokens": args.tokens, "n_prompts": len(prompts),
               "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "modes": {m: {"temperatures": {}} for m, _ in modes}}
     for temp in [float(t) for t in str(args.temps).split(",") if t]:
-        acc = {m: ({c: {"emitted": 0, "steps": 0, "drafted": 0, "accepted": 0} for c in CATEGORIES}, np.zeros(k),
+        acc = {m: ({c: {"emitted": 0, "steps": 0, "drafted": 0, "accepted": 0, "plain_tok": 0, "plain_s": 0.0,
+                        "spec_tok": 0, "spec_s": 0.0} for c in CATEGORIES}, np.zeros(k),
                    [0, 0.0, 0, 0.0, 0.0, 0.0, 0, 0]) for m, _ in modes}
+        auto_tokens = collections.Counter()
         for i, p in enumerate(prompts):
             ids = enc.encode(p.messages())
             sampling = Sampling(temperature=temp, seed=1000 + i)
@@ -108,10 +129,17 @@ def run(args) -> dict:
                 c["steps"] += st.n_steps
                 c["drafted"] += st.n_drafted
                 c["accepted"] += st.n_accepted
+                c["plain_tok"] += len(plain)
+                c["plain_s"] += tp
+                c["spec_tok"] += len(got)
+                c["spec_s"] += ts
+                if isinstance(spec, AdaptiveSpeculator):
+                    auto_tokens.update(spec.reply_tokens)
                 for j, a in enumerate(st.accepted_at[:k]):
                     acc_at[j] += a
         for m, _ in modes:
-            r = result["modes"][m]["temperatures"][str(temp)] = _summary(acc[m][0], acc[m][1], k, acc[m][2])
+            r = result["modes"][m]["temperatures"][str(temp)] = _summary(
+                acc[m][0], acc[m][1], k, acc[m][2], auto_tokens if isinstance(specs[m], AdaptiveSpeculator) else None)
             print(f"{m} T={temp}: " + json.dumps({x: v for x, v in r.items() if x != "per_category"}), flush=True)
     if "chain" in result["modes"]:
         result["temperatures"] = result["modes"]["chain"]["temperatures"]   # the layout before tree modes
@@ -133,6 +161,17 @@ def report(result: dict) -> None:
     for m, mode in result["modes"].items():
         for t, r in mode["temperatures"].items():
             print(f"{m} T={t} acceptance by depth: " + " ".join(f"{x:.2f}" for x in r["acceptance_by_position"]))
+    print("decode tok/s by category (plain measured beside each mode, on the same prompts):")
+    for m, mode in result["modes"].items():
+        for t, r in mode["temperatures"].items():
+            cats = "  ".join(f"{c} {r['plain_tok_s_by_category'][c]:.1f} -> {r['spec_tok_s_by_category'][c]:.1f} "
+                             f"({r['spec_tok_s_by_category'][c] / r['plain_tok_s_by_category'][c]:.2f}x)"
+                             for c in CATEGORIES if r["plain_tok_s_by_category"][c])
+            modes = r.get("auto_tokens_by_mode")
+            share = (" | tokens by mode: " + ", ".join(f"{k} {100 * v / sum(modes.values()):.0f}%"
+                                                       for k, v in sorted(modes.items(), key=lambda x: -x[1]))
+                     if modes else "")
+            print(f"{m:>8} T={t}: {cats}{share}")
     print("(AL = tokens per target verify; rows = tokens verified per step; plain/spec = decode tok/s, prefill "
           "excluded; draft/verify = ms per step (tree: verify includes the walk and commit); same = replies "
           "identical to plain decoding)")

@@ -140,10 +140,12 @@ def _model_flags(p: argparse.ArgumentParser, chat) -> None:
                        help="draft tokens proposed per step (default: the draft's block size - 1)")
     model.add_argument("--spec", choices=("auto", "chain", "tree", "off"),
                        help="speculative decoding with --draft: chain, tree (DDTree: one draft pass verified as a "
-                            "tree of --tree-budget nodes), off, or auto (default; for now "
-                            "always chain)")
+                            "tree of --tree-budget nodes), off, or auto (default: per step plain "
+                            "decoding, the chain or a tree, whichever measures fastest here; on hybrid targets plain "
+                            "or the chain)")
     model.add_argument("--tree-budget", type=_positive, metavar="N",
-                       help=f"--spec tree: draft-tree nodes verified per step (default {config.DEFAULT_TREE_BUDGET})")
+                       help=f"--spec tree: draft-tree nodes verified per step (default {config.DEFAULT_TREE_BUDGET}); "
+                            "--spec auto weighs it besides its own budgets")
     model.add_argument("--pflash-scorer", "--prefill-drafter", dest="pflash_scorer", metavar="PATH",
                        help="PFlash scorer GGUF (a small llama/qwen3 model, e.g. Qwen3-0.6B): long attachments are "
                             "compressed to the parts it ranks relevant to the question before the target prefills them")
@@ -238,7 +240,7 @@ def load(settings: config.EngineSettings, *, verbose: bool = False) -> Runtime:
         draft = DraftModel(choice.path, model, n_ctx_draft=config.DRAFT_CTX, **settings.draft_params())
     if draft is not None and settings.spec == "tree":
         _check_tree_target(model)
-    n_verify_max = _n_verify_max(draft.block_size if draft else None, settings.draft_max, _tree_budget(settings))
+    n_verify_max = _n_verify_max(draft.block_size if draft else None, settings.draft_max, _tree_budget(settings, model))
     n_ctx = _n_ctx(settings, model, n_verify_max)
     _check_fits(settings, model, n_ctx, n_verify_max)
     engine = Engine(model, n_ctx=n_ctx, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
@@ -249,7 +251,13 @@ def load(settings: config.EngineSettings, *, verbose: bool = False) -> Runtime:
 
         runtime.speculator = TreeSpeculator(engine, draft, budget=settings.tree_budget, max_depth=settings.draft_max,
                                             capture_ring=config.CAPTURE_RING)
-    elif draft is not None:   # chain, and auto (chain until auto chooses by measurement)
+    elif draft is not None and settings.spec == "auto":
+        from luce_engine.spec_auto import AdaptiveSpeculator
+
+        runtime.speculator = AdaptiveSpeculator(engine, draft, max_draft=settings.draft_max,
+                                                tree_budgets=_auto_tree_budgets(settings, model),
+                                                capture_ring=config.CAPTURE_RING)
+    elif draft is not None:
         from luce_engine.speculative import ChainSpeculator
 
         runtime.speculator = ChainSpeculator(engine, draft, max_draft=settings.draft_max,
@@ -341,16 +349,29 @@ def _uses_draft(settings: config.EngineSettings) -> bool:
 def _n_verify_max(block_size: int | None, draft_max: int | None = None, tree_budget: int = 0) -> int:
     """Tokens one verify may hold (a hybrid target's rollback buffers grow with it): x0 plus the
     proposals of one draft block; 16 at least unless --draft-max asks for fewer proposals; with
-    --spec tree, the tree's root and budget nodes if more. Without a draft nothing verifies, so no
-    rollback buffers (2.4 GiB on a 27B qwen35)."""
+    --spec tree (or auto on a dense target), the largest tree's root and budget nodes if more.
+    Without a draft nothing verifies, so no rollback buffers (2.4 GiB on a 27B qwen35)."""
     if not block_size:
         return 0
     chain = min(draft_max, block_size - 1) + 1 if draft_max else max(16, block_size)
     return max(chain, tree_budget + 1 if tree_budget else 0)
 
 
-def _tree_budget(settings: config.EngineSettings) -> int:
-    return settings.tree_budget if settings.spec == "tree" else 0
+def _tree_budget(settings: config.EngineSettings, model) -> int:
+    """The largest tree a step may verify: --spec tree's budget, or the largest that auto weighs."""
+    if settings.spec == "tree":
+        return settings.tree_budget
+    return max(_auto_tree_budgets(settings, model), default=0) if settings.spec == "auto" else 0
+
+
+def _auto_tree_budgets(settings: config.EngineSettings, model) -> tuple[int, ...]:
+    """The DDTree budgets --spec auto weighs: its own and --tree-budget's; none on a hybrid target."""
+    from luce_engine.spec_auto import AUTO_TREE_BUDGETS
+    from luce_engine.tree_speculative import TREE_ARCHS
+
+    if model.arch not in TREE_ARCHS:
+        return ()
+    return tuple(sorted(set(AUTO_TREE_BUDGETS) | {settings.tree_budget}))
 
 
 def _check_tree_target(model) -> None:
@@ -376,7 +397,7 @@ def print_plan(settings: config.EngineSettings) -> int:
     block = draft["info"]["block_size"] if draft else None
     if draft is not None and settings.spec == "tree":
         _check_tree_target(model)
-    n_verify_max = _n_verify_max(block, settings.draft_max, _tree_budget(settings))
+    n_verify_max = _n_verify_max(block, settings.draft_max, _tree_budget(settings, model))
     n_ctx = _n_ctx(settings, model, n_verify_max, budget=budget)
     scorer = _plan_scorer(settings, n_ctx)
 

@@ -50,8 +50,8 @@ class EngineSettings:
     max_ctx_given: bool = False   # said on the command line (then capping it is worth a note)
     draft: str | None = None      # DFlash draft GGUF (speculative decoding unless spec == "off")
     draft_max: int | None = None  # proposals per block / tree depth (default: the draft's block size - 1)
-    spec: str = "auto"            # off | auto | chain | tree (auto: chain for now, docs/decisions.md)
-    tree_budget: int = DEFAULT_TREE_BUDGET   # DDTree nodes per step besides the root (spec == "tree")
+    spec: str = "auto"            # off | auto | chain | tree (auto: luce_engine.spec_auto, docs/decisions.md)
+    tree_budget: int = DEFAULT_TREE_BUDGET   # DDTree nodes per step besides the root (spec tree; auto weighs it too)
     pflash_scorer: str | None = None          # PFlash scorer GGUF
     pflash_mode: str = "auto"           # off | auto | always
     pflash_threshold: int = DEFAULT_PFLASH_THRESHOLD

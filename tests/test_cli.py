@@ -305,8 +305,8 @@ def test_prompt_with_a_draft_model_gives_the_plain_greedy_answer(tmp_path):
 
 def test_spec_tree_gives_the_plain_greedy_answer_and_plans_its_verify(tmp_path):
     """--spec tree on a dense target: the same greedy text, the stats line names the tree and its
-    budget, --plan sizes the verify for budget + 1 rows; a hybrid target too (its paths' recurrence),
-    and auto / chain stay on the chain."""
+    budget, --plan sizes the verify for budget + 1 rows; a hybrid target too (its paths' recurrence);
+    auto gives the same text and names its modes."""
     from tools.tiny_dflash import TinyDraftConfig, write_tiny_dflash
     from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
@@ -322,7 +322,7 @@ def test_spec_tree_gives_the_plain_greedy_answer_and_plans_its_verify(tmp_path):
     if "AL " in tree.stderr:   # random weights may accept nothing
         assert "(tree, budget 20)" in tree.stderr
     if "AL " in chain.stderr:
-        assert "(chain of 7)" in chain.stderr
+        assert "(auto: " in chain.stderr
     plan = luce("--plan", "--target", target, "--draft", draft, "--spec", "tree", "--tree-budget", "20", *COMMON)
     assert plan.returncode == 0, plan.stderr
     assert "verify batch 21 (DDTree budget 20)" in plan.stdout

@@ -190,13 +190,14 @@ def test_sampled_distribution_with_the_shipped_draft(model, draft, encoder):
 
 
 def test_one_shot_reply_uses_the_shipped_draft_and_reports_a_real_al():
-    """End to end through luce-chat -p: with --draft default the default model's reply is the plain
-    greedy reply, parts of it came from accepted drafts, and the stats line shows the AL."""
+    """End to end through luce-chat -p: with --draft default (and --spec chain: auto may find plain
+    decoding faster here and draft little) the default model's reply is the plain greedy reply,
+    parts of it came from accepted drafts, and the stats line shows the AL."""
     base = [sys.executable, "-m", "luce_tui", "--device", "cpu", "--threads", str(THREADS),
             "-p", "Write a Python function that reverses a string.", "--temp", "0", "--max-tokens", "64", "--stats"]
     env = dict(os.environ, LUCE_DATA_DIR=os.environ.get("TMPDIR", "/tmp"))
     plain = subprocess.run(base + ["--spec", "off"], capture_output=True, text=True, env=env, timeout=300)
-    spec = subprocess.run(base + ["--draft", "default"], capture_output=True, text=True, env=env, timeout=300)
+    spec = subprocess.run(base + ["--draft", "default", "--spec", "chain"], capture_output=True, text=True, env=env, timeout=300)
     assert plain.returncode == 0 and spec.returncode == 0, (plain.stderr, spec.stderr)
     assert spec.stdout == plain.stdout and spec.stdout.strip()
     assert "AL " in spec.stderr and "AL " not in plain.stderr

@@ -1,0 +1,433 @@
+"""`--spec auto`: each step is a plain decode, a chain speculation step or a DDTree step of one of
+a few budgets, whichever the measurements predict emits tokens fastest on this engine and device.
+
+    ms per token(mode) = (draft ms + verify ms(rows of the mode)) / (1 + accepted(mode))
+    ms per token(plain) = the ms of a plain step (a one-row decode, nothing drafted)
+
+Costs (StepCosts, injectable): EMAs of the steps that ran, split into injection (per position),
+draft pass and verify (per number of rows, as a chain's verify or a tree's). A verify shape no step
+has run yet is timed by a calibration — one verify of that many rows then commit(0), which changes
+nothing — once per speculator (the app makes one per Engine), and only for a mode that could win on
+a lower bound of its cost. The first two runs of a shape are both measured in full (the first
+builds its graphs); then the EMA takes over.
+
+Acceptance, counterfactually: a step that computed the draft's per-depth top-k candidates (every
+tree step, every probe, and one chain step in CAND_EVERY while trees look out of reach) keeps the
+chain (the rank-0 path) and the tree each budget would have built from them (build_tree, as
+TreeSpeculator does). Once later steps have emitted the target's continuation, each is walked
+along it: exactly what that mode would have accepted at that step. This holds at T = 0, and at
+T > 0 too, because every mode draws from the engine's generator once per emitted token in plain
+decoding's order, so the continuation is the same whichever mode emits it (up to batch-shape
+rounding, which can differ between modes: then it is an approximation). A chain step without
+candidates gives the chain's own count. The estimates are EMAs (ACC_ALPHA) of these counts.
+
+Plain vs speculation: while plain wins, only a speculative step can tell that the text has become
+predictable. A probe (one step of the best speculative mode, with candidates) comes after `gap`
+plain steps; gap starts at PROBE_GAP0, doubles after each probe that leaves plain ahead (up to
+PROBE_GAP_MAX) and is never less than the probe's predicted loss over PROBE_SHARE of a plain step,
+so probes cost at most PROBE_SHARE of the decode time. A probe still emits its tokens. It feeds the
+draft the features of at most PROBE_CONTEXT of the positions decoded plainly since the last
+speculative step (the draft masks positions it was never given), so its cost stays bounded too.
+
+Exactness: a plain step is Engine.step (or, with the target's last choice x0 pending after a
+speculative step, the one-row verify of x0 that Engine.step would have decoded), a speculative step
+is ChainSpeculator's or TreeSpeculator's (same walk, same draws), so greedy output equals plain
+greedy and sampled output is an exact draw (for a seed, the same tokens as plain sampling).
+Hybrid targets (not in TREE_ARCHS) choose between plain and the chain only.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import time
+
+from luce_engine.ddtree import Tree, build_tree, chain_tree
+from luce_engine.sampling import Sampling
+from luce_engine.speculative import ChainSpeculator, Drafter
+from luce_engine.tree_speculative import TREE_ARCHS, TreeSpeculator, draft_candidates
+
+AUTO_TREE_BUDGETS = (8, 16, 32)   # the tree budgets auto weighs (with --tree-budget's, where it fits)
+PLAIN, CHAIN = "plain", "chain"
+ACC_ALPHA = 0.2          # weight of the newest acceptance count
+COST_ALPHA = 0.2         # weight of the newest cost measurement
+SPIKE = 3.0              # a cost measurement counts as at most this many times the estimate
+PROBE_SHARE = 0.02       # probes' loss as a share of the plain decode time, at most
+PROBE_GAP0, PROBE_GAP_MAX = 16, 1024
+PROBE_CONTEXT = 256      # a probe feeds the draft at most this many of the positions decoded plainly
+CAND_EVERY = 8           # a chain step computes candidates one step in this many while trees lose
+TREE_NEAR = 1.1          # ... and every step while the best tree is predicted within 10% of the chain
+
+
+class StepCosts:
+    """Measured milliseconds of the parts of a step: EMAs of the steps run, calibrations of shapes
+    not yet run. verify keys: ("chain" | "tree", rows); draft keys: "chain" (proposals only) or
+    "candidates" (with the top-k per depth)."""
+
+    def __init__(self, alpha: float = COST_ALPHA):
+        self.alpha = alpha
+        self.plain: float | None = None
+        self.draft: dict[str, float] = {}
+        self.verify: dict[tuple[str, int], float] = {}
+        self.inject_row = 0.0                      # per injected context position
+        self.warmup_runs = 2   # runs of each mode auto makes first (the first builds graphs)
+        self._seen: collections.Counter = collections.Counter()
+        self.calibrated: set[tuple[str, int]] = set()   # values that come from a calibration
+
+    def _update(self, key, old: float | None, ms: float) -> float:
+        self._seen[key] += 1
+        if old is None or self._seen[key] <= 2:
+            return ms
+        # a step stalled by another process (a shared CPU) moves the estimate by at most 3x
+        return old + self.alpha * (min(ms, SPIKE * old) - old)
+
+    def observe_plain(self, ms: float) -> None:
+        self.plain = self._update("plain", self.plain, ms)
+
+    def observe_draft(self, kind: str, ms: float) -> None:
+        self.draft[kind] = self._update(("draft", kind), self.draft.get(kind), ms)
+
+    def observe_inject(self, rows: int, ms: float) -> None:
+        if rows > 0:
+            self.inject_row = self._update("inject", self.inject_row or None, ms / rows)
+
+    def observe_verify(self, kind: str, rows: int, ms: float, *, calibration: bool = False) -> None:
+        key = (kind, rows)
+        if calibration or key in self.calibrated:   # a real run replaces a calibration outright
+            self.verify[key] = ms
+            self.calibrated.discard(key)
+            if calibration:
+                self.calibrated.add(key)
+            return
+        self.verify[key] = self._update(key, self.verify.get(key), ms)
+
+    def draft_ms(self, kind: str) -> float | None:
+        # candidates cost at least the proposals; proposals at most the candidates
+        return self.draft.get(kind, self.draft.get("candidates") if kind == "chain" else None)
+
+    def verify_ms(self, kind: str, rows: int) -> float | None:
+        return self.verify.get((kind, rows))
+
+    def verify_lower_bound(self, rows: int) -> float | None:
+        """A verify of more rows costs no less than one of fewer (of either kind), nor than a plain step."""
+        known = [ms for (_, n), ms in self.verify.items() if n <= rows]
+        if self.plain is not None:
+            known.append(self.plain)
+        return max(known) if known else None
+
+
+class FixedCosts(StepCosts):
+    """Costs given, never measured (tests: deterministic choices)."""
+
+    def __init__(self, plain: float, draft: dict[str, float], verify: dict[tuple[str, int], float],
+                 inject_row: float = 0.0):
+        super().__init__()
+        self.plain, self.draft, self.verify, self.inject_row = plain, dict(draft), dict(verify), inject_row
+        self.warmup_runs = 0
+
+    def observe_plain(self, ms): pass
+    def observe_draft(self, kind, ms): pass
+    def observe_inject(self, rows, ms): pass
+    def observe_verify(self, kind, rows, ms, *, calibration=False): pass
+
+
+class _Record:
+    """What each mode would have drafted at the step whose x0 sat at position c."""
+
+    __slots__ = ("c", "trees")
+
+    def __init__(self, c: int, trees: dict[str, Tree]):
+        self.c = c
+        self.trees = {m: (t, t.children()) for m, t in trees.items()}
+
+
+class AdaptiveSpeculator(ChainSpeculator):
+    """Per step, plain decoding, chain or tree speculation (see the module docstring); the same
+    step()/describe()/stats interface as ChainSpeculator. tree_budgets: the DDTree budgets weighed
+    (dense targets whose engine's n_verify_max holds budget + 1 rows; none on a hybrid target);
+    costs: a StepCosts (default: measured on this engine)."""
+
+    def __init__(self, engine, drafter: Drafter, *, max_draft: int | None = None,
+                 tree_budgets=AUTO_TREE_BUDGETS, temperature: float = 1.0, costs: StepCosts | None = None,
+                 capture_ring: int = 4096):
+        super().__init__(engine, drafter, max_draft=max_draft, capture_ring=capture_ring)
+        can_tree = (engine.model.arch in TREE_ARCHS and self.max_draft > 0
+                    and (hasattr(drafter, "draft_candidates") or hasattr(drafter, "logits")))
+        budgets = sorted({int(b) for b in tree_budgets if 1 <= int(b) < engine.n_verify_max}) if can_tree else []
+        self.budgets = {f"tree{b}": b for b in budgets}
+        self.modes = [PLAIN, CHAIN] + list(self.budgets)
+        self.temperature = temperature
+        self.costs = costs if costs is not None else StepCosts()
+        self._chain_kind = "chain" if hasattr(drafter, "draft") else "candidates"
+        self.acceptance: dict[str, float] = {}     # mode -> EMA of accepted drafts per step
+        self.n_samples: collections.Counter = collections.Counter()   # mode -> acceptance counts seen
+        self.resolved: collections.deque = collections.deque(maxlen=256)   # (c, mode, count), the latest
+        self.mode_steps: collections.Counter = collections.Counter()  # mode -> steps run (all replies)
+        self.reply_tokens: collections.Counter = collections.Counter()   # mode -> tokens of this reply
+        self.n_probes = self.n_calibrations = 0
+        self.last_mode: str | None = None
+        self.last_tree: Tree | None = None
+        self._gap, self._plain_run = PROBE_GAP0, 0
+        self._since_candidates = CAND_EVERY
+        self._records: list[_Record] = []
+        self._truth: dict[int, int] = {}           # context position -> the target's token there
+        self._expect_at = -1                        # n_past after the last step
+
+    # -- the interface ----------------------------------------------------------------------------
+    def attach(self) -> None:
+        super().attach()
+        self._forget()
+
+    def describe(self) -> str:
+        """The modes this reply used, by share of its tokens ("auto: plain 96%, chain of 15 4%")."""
+        total = sum(self.reply_tokens.values())
+        if not total:
+            trees = f", tree budgets {'/'.join(str(b) for b in self.budgets.values())}" if self.budgets else ""
+            return f"auto: plain, chain of {self.max_draft}{trees}"
+        parts = [(self._label(m), n) for m, n in self.reply_tokens.most_common()]
+        if len(parts) == 1:
+            return f"auto: {parts[0][0]}"
+        return "auto: " + ", ".join(f"{label} {100 * n / total:.0f}%" for label, n in parts)
+
+    def _label(self, mode: str) -> str:
+        if mode == PLAIN:
+            return "plain"
+        if mode == CHAIN:
+            return f"chain of {self.max_draft}"
+        return f"tree budget {self.budgets[mode]}"
+
+    def step(self, sampling: Sampling, *, max_emit: int | None = None, stop_ids: frozenset[int] | set = frozenset()):
+        """Commits 1..max_draft+1 tokens in the mode chosen for this step (see ChainSpeculator.step
+        for max_emit and stop_ids); returns a StepResult with per-token provenance."""
+        eng = self.engine
+        self.prepare()
+        if eng.n_past != self._expect_at:   # a new reply (or a truncation): the counterfactuals are stale
+            self._forget()
+            self.reply_tokens.clear()
+        mode, probe = self.choose()
+        self.n_probes += probe
+        if mode == PLAIN:
+            r = self._plain_step(sampling)
+        else:
+            r = self._spec_step(mode, sampling, max_emit, stop_ids, probe)
+        self.last_mode = mode
+        self.mode_steps[mode] += 1
+        self.reply_tokens[mode] += len(r.tokens)
+        self._expect_at = eng.n_past
+        self._resolve()
+        return r
+
+    # -- choosing ---------------------------------------------------------------------------------
+    def _kind(self, mode: str) -> str:
+        return CHAIN if mode == CHAIN else "tree"
+
+    def _rows(self, mode: str) -> int:
+        return self.max_draft + 1 if mode == CHAIN else self.budgets[mode] + 1
+
+    def _draft_ms(self, mode: str) -> float | None:
+        return self.costs.draft_ms(self._chain_kind if mode == CHAIN else "candidates")
+
+    def predict(self, mode: str, verify_ms: float | None = None) -> float | None:
+        """Predicted ms per emitted token (None: not known yet)."""
+        if mode == PLAIN:
+            return self.costs.plain
+        acc, draft = self.acceptance.get(mode), self._draft_ms(mode)
+        verify = self.costs.verify_ms(self._kind(mode), self._rows(mode)) if verify_ms is None else verify_ms
+        if acc is None or draft is None or verify is None:
+            return None
+        return (draft + verify + self.costs.inject_row * (1 + acc)) / (1 + acc)
+
+    def choose(self) -> tuple[str, bool]:
+        """This step's mode and whether it is a probe (a speculative step while plain is ahead)."""
+        if self.max_draft == 0:
+            return PLAIN, False
+        costs, warm = self.costs, self.costs.warmup_runs
+        # Start-up, once per speculator: the first chain and plain steps measure their costs.
+        if self._draft_ms(CHAIN) is None or costs.verify_ms(CHAIN, self._rows(CHAIN)) is None \
+                or self.mode_steps[CHAIN] < warm:
+            return CHAIN, False
+        if costs.plain is None or self.mode_steps[PLAIN] < warm:
+            return PLAIN, False
+        pred = {m: self.predict(m) for m in self.modes}
+        known = [v for v in pred.values() if v is not None]
+        best_known = min(known)
+        for m in self.budgets:   # calibrate a tree's verify only when a lower bound says it could win
+            if pred[m] is None and m in self.acceptance and self._draft_ms(m) is not None:
+                lb = self.predict(m, costs.verify_lower_bound(self._rows(m)))
+                if lb is not None and lb < best_known and self._calibrate(self._rows(m)):
+                    pred[m] = self.predict(m)
+        spec = {m: v for m, v in pred.items() if m != PLAIN and v is not None}
+        if not spec:   # no acceptance known yet (its records resolve a step later)
+            return CHAIN, False
+        best_spec = min(spec, key=spec.get)
+        if spec[best_spec] < pred[PLAIN]:
+            self._gap, self._plain_run = PROBE_GAP0, 0
+            return best_spec, False
+        self._plain_run += 1
+        if self._plain_run < self._gap:
+            return PLAIN, False
+        # a probe: its loss against plain, bounded to PROBE_SHARE of the plain time between probes
+        self._plain_run = 0
+        emitted = 1 + self.acceptance[best_spec]
+        catch_up = min(self.engine.n_past - self._injected, PROBE_CONTEXT) * costs.inject_row
+        loss = max(0.0, (spec[best_spec] - pred[PLAIN]) * emitted) + catch_up
+        self._gap = max(min(2 * self._gap, PROBE_GAP_MAX), math.ceil(loss / (PROBE_SHARE * pred[PLAIN])))
+        return best_spec, True
+
+    def _want_candidates(self, mode: str, explore: bool) -> bool:
+        if not self.budgets:
+            return False
+        if mode != CHAIN or explore:
+            return True
+        chain = self.predict(CHAIN)
+        trees = [v for v in (self.predict(m) for m in self.budgets) if v is not None]
+        near = chain is None or not trees or min(trees) <= TREE_NEAR * chain
+        return near or self._since_candidates >= CAND_EVERY
+
+    def _calibrate(self, rows: int) -> bool:
+        """Time a tree verify of `rows` rows (the second of two runs) and discard it: commit(0)."""
+        eng = self.engine
+        if eng.n_past + rows > eng.n_ctx or rows > eng.n_verify_max:
+            return False
+        self._inject_up_to(eng.n_past)   # the verify overwrites ring rows past the context
+        tokens = [0] * rows
+        parents = [-1] + [(i - 1) // 2 for i in range(1, rows)]
+        for _ in range(2):
+            t0 = time.perf_counter()
+            eng.verify_tree(tokens, parents, logits=False, keep_pre_logits=True)
+            eng.commit(0)
+            ms = (time.perf_counter() - t0) * 1e3
+        self.costs.observe_verify("tree", rows, ms, calibration=True)
+        self.n_calibrations += 1
+        return True
+
+    # -- the steps --------------------------------------------------------------------------------
+    def _plain_step(self, sampling: Sampling):
+        """Exactly Engine.step: one token, the target's own choice, decoded."""
+        from luce_engine.engine import StepResult
+
+        eng = self.engine
+        c = eng.n_past
+        t0 = time.perf_counter()
+        if self._pending is not None and self._pending_at == c:
+            x0 = self._pending   # drawn by the last speculative step: decode it, as Engine.step would
+            eng.verify([x0], logits=False, keep_pre_logits=False)
+            eng.commit(1)        # its logits row stays: the next Engine.step samples from it
+            tokens = [x0]
+        else:
+            tokens = eng.step(sampling).tokens
+        t1 = time.perf_counter()
+        self._pending, self._pending_at = None, -1
+        self.costs.observe_plain((t1 - t0) * 1e3)
+        self._truth[c] = tokens[0]
+        self._record(0, 0, t0, t0, t1)
+        return StepResult(tokens, [False], decode_ms=(t1 - t0) * 1e3)
+
+    def _spec_step(self, mode: str, sampling: Sampling, max_emit, stop_ids, probe: bool):
+        from luce_engine.engine import StepResult
+
+        eng = self.engine
+        explore = probe or self.mode_steps[mode] < self.costs.warmup_runs
+        native, c, x0, n_depth = self._begin(sampling, max_emit, stop_ids)
+        self._truth[c] = x0
+        room = eng.n_ctx - c - 1   # every tree node takes a cache row
+        budget = min(self.budgets.get(mode, 0), room)
+        t0 = time.perf_counter()
+        tree = Tree([x0], [-1], [0], [0.0])
+        if n_depth > 0 and (mode == CHAIN or budget > 0):
+            if probe:   # the positions decoded plainly, fed to the draft up to a bound (the rest it never sees)
+                self._injected = max(self._injected, c - PROBE_CONTEXT)
+            before = self._injected
+            self._inject_up_to(c)
+            t_inj = time.perf_counter()
+            self.costs.observe_inject(c - before, (t_inj - t0) * 1e3)
+            full = n_depth == self.max_draft
+            if self._chain_kind == "candidates" or self._want_candidates(mode, explore):
+                # the one place the draft's top-k is taken (draft_candidates)
+                k = max(self.budgets.values(), default=1)
+                toks, lp = draft_candidates(self.drafter, x0, c, n_depth, k, self.temperature)
+                self.costs.observe_draft("candidates", (time.perf_counter() - t_inj) * 1e3)
+                self._since_candidates = 0
+                trees = {CHAIN: chain_tree(x0, [int(t) for t in toks[:n_depth, 0]])}
+                for m, b in self.budgets.items():
+                    trees[m] = build_tree(x0, toks[:, :b], lp[:, :b], min(b, room), max_depth=n_depth)
+                tree = trees[mode]
+                if full:
+                    self._records.append(_Record(c, trees))
+            else:
+                self._since_candidates += 1
+                drafts = [int(t) for t in self.drafter.draft(x0, c)[:n_depth]]
+                self.costs.observe_draft("chain", (time.perf_counter() - t_inj) * 1e3)
+                tree = chain_tree(x0, drafts)
+                if full:
+                    self._records.append(_Record(c, {CHAIN: tree}))
+        t1 = time.perf_counter()
+        as_chain = mode == CHAIN or len(tree) == 1
+        if as_chain:
+            eng.verify(tree.tokens, logits=False, keep_pre_logits=False)
+        else:
+            eng.verify_tree(tree.tokens, tree.parents, logits=False, keep_pre_logits=False)
+        try:
+            path, bonus = self._walk(tree, sampling, native, stop_ids)
+        except BaseException:
+            eng.commit(0)              # nothing of this step happened; x0 stays pending
+            self._pending, self._pending_at = x0, c
+            raise
+        if as_chain:
+            eng.commit(len(path))
+        else:
+            eng.commit_path(path)
+        t2 = time.perf_counter()
+        self.costs.observe_verify(self._kind(mode) if not as_chain else CHAIN, len(tree), (t2 - t1) * 1e3)
+        self._pending, self._pending_at = bonus, (eng.n_past if bonus is not None else -1)
+        tokens = [tree.tokens[n] for n in path]
+        for i, t in enumerate(tokens[1:], start=1):
+            self._truth[c + i] = t
+        if bonus is not None:
+            self._truth[c + len(tokens)] = bonus
+        accepted = len(path) - 1
+        while len(self.stats.accepted_at) < len(tree) - 1 and mode == CHAIN:
+            self.stats.accepted_at.append(0)
+        self._record(len(tree) - 1, accepted, t0, t1, t2)
+        self.last_tree = tree
+        return StepResult(tokens, [False] + [True] * accepted, n_drafted=len(tree) - 1, n_accepted=accepted,
+                          decode_ms=(t2 - t1) * 1e3)
+
+    _walk = TreeSpeculator._walk   # the target's choice at each node picks the child (a chain: the next draft)
+
+    # -- counterfactual acceptance ----------------------------------------------------------------
+    def _forget(self) -> None:
+        self._records.clear()
+        self._truth.clear()
+
+    def _resolve(self) -> None:
+        """Walk each kept record along the continuation known so far; a finished walk is that mode's
+        acceptance count at that step."""
+        keep = []
+        for rec in self._records:
+            for m in list(rec.trees):
+                n = self._matched(rec.c, *rec.trees[m])
+                if n is not None:
+                    old = self.acceptance.get(m)
+                    self.acceptance[m] = n if old is None else old + ACC_ALPHA * (n - old)
+                    self.n_samples[m] += 1
+                    self.resolved.append((rec.c, m, n))
+                    del rec.trees[m]
+            if rec.trees:
+                keep.append(rec)
+        self._records = keep
+        low = min((r.c for r in keep), default=self.engine.n_past)
+        for pos in [p for p in self._truth if p < low]:
+            del self._truth[pos]
+
+    def _matched(self, c: int, tree: Tree, children) -> int | None:
+        """Depth of the deepest node on the known continuation after c (None: not known far enough)."""
+        node, depth = 0, 0
+        while children[node]:
+            t = self._truth.get(c + depth + 1)
+            if t is None:
+                return None
+            nxt = children[node].get(t)
+            if nxt is None:
+                return depth
+            node, depth = nxt, depth + 1
+        return depth

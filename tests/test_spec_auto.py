@@ -1,0 +1,269 @@
+"""`--spec auto` (luce_engine.spec_auto.AdaptiveSpeculator) is exact whatever mode each step takes:
+greedy output equals plain greedy for oracle drafters of high and of zero acceptance and for random
+drafts, with measured and with fixed costs; a forced schedule that switches between plain, chain
+and trees every few steps stays exact, greedy and sampled (same tokens as plain sampling for a
+seed: every mode draws once per emitted token in plain order), and ends at EOS / max_tokens on the
+exact token; with fixed costs auto settles on speculation where it pays and on plain where it
+does not, and its counterfactual acceptance counts are what each mode accepts when it runs."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from luce_engine import Engine, Model, Sampling
+from luce_engine.ddtree import build_tree
+from luce_engine.spec_auto import CHAIN, PLAIN, AdaptiveSpeculator, FixedCosts
+from reference import DEVICE, THREADS
+from test_speculative import assert_greedy_matches, prompt
+from test_tree_speculative import B, V, OracleTreeDrafter, RandomTreeDrafter, truth_prefix_in_tree
+from tools.tiny_gguf import TinyConfig, write_tiny_gguf
+
+pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
+
+BUDGETS = (4, 8, 16)
+N = 96
+
+
+class Oracle(OracleTreeDrafter):
+    """The tree oracle with a chain side too: draft() proposes its rank-0 candidates (of as many as
+    a tree takes: with fewer the truth's rank is capped)."""
+
+    def draft(self, x0, pos0):
+        return [int(t) for t in self.draft_candidates(x0, pos0, max(BUDGETS))[0][:, 0]]
+
+
+class ChangingOracle(Oracle):
+    """The truth at rank 0 before position `until`, absent from there on: acceptance falls to zero."""
+
+    def __init__(self, truth, until):
+        super().__init__(truth)
+        self.until = until
+
+    def draft_candidates(self, x0, pos0, k):
+        self.missing_from = None if pos0 < self.until else 1
+        return super().draft_candidates(x0, pos0, k)
+
+
+# speculation pays: a verify costs little more than a plain step
+CHEAP = FixedCosts(plain=10.0, draft={"chain": 2.0, "candidates": 3.0},
+                   verify={(CHAIN, B): 12.0, **{("tree", b + 1): 12.0 for b in BUDGETS}})
+# speculation never pays: a verify of any shape costs 5 plain steps
+DEAR = FixedCosts(plain=10.0, draft={"chain": 20.0, "candidates": 25.0},
+                  verify={(CHAIN, B): 50.0, **{("tree", b + 1): 50.0 for b in BUDGETS}})
+
+
+class Scheduled(AdaptiveSpeculator):
+    """Modes forced in a fixed cycle, so every kind of switch happens (exactness, not choice)."""
+
+    schedule = (PLAIN, CHAIN, "tree8", PLAIN, PLAIN, "tree16", CHAIN, CHAIN, "tree4", PLAIN)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._cycle = itertools.cycle([m for m in self.schedule if m in self.modes])
+
+    def choose(self):
+        return next(self._cycle), False
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3"])
+def dense(request, tmp_path_factory):
+    cfg = TinyConfig(arch=request.param, n_vocab=V, head_dim=32, seed=21)
+    return Model(write_tiny_gguf(tmp_path_factory.mktemp("sa") / f"{request.param}.gguf", cfg), device=DEVICE,
+                 n_threads=THREADS)
+
+
+def run(model, p, n, *, drafter=None, sampling=Sampling(), costs=None, cls=AdaptiveSpeculator, stop_ids=(),
+        on_step=None):
+    eng = Engine(model, n_ctx=512, n_verify_max=max(BUDGETS) + 1)
+    spec = cls(eng, drafter, tree_budgets=BUDGETS, costs=costs) if drafter else None
+    toks = []
+    for r in eng.generate(p, sampling=sampling, max_tokens=n, stop_token_ids=stop_ids, speculator=spec):
+        if on_step and spec:
+            on_step(spec, r, len(p) + len(toks))
+        toks += r.tokens
+    return toks, spec, eng
+
+
+def plain_truth(model, p, n=N, sampling=Sampling()):
+    plain, _, _ = run(model, p, n, sampling=sampling)
+    return plain, {len(p) + i: t for i, t in enumerate(plain)}
+
+
+@pytest.mark.parametrize("costs", [None, CHEAP, DEAR], ids=["measured", "cheap", "dear"])
+def test_greedy_equals_plain_for_high_zero_and_random_acceptance(dense, costs):
+    p = prompt(24, 1)
+    plain, truth = plain_truth(dense, p)
+    drafters = [Oracle(truth, 0, ratio=0.1), Oracle(truth, 1), Oracle(truth, 0, missing_from=1), RandomTreeDrafter(3)]
+    for drafter in drafters:
+        got, spec, eng = run(dense, p, N, drafter=drafter, costs=costs)
+        assert_greedy_matches(dense, p, got, plain)
+        assert got == plain and eng.tokens == p + plain
+        assert spec.stats.n_emitted == len(got)
+
+
+def test_a_forced_schedule_of_every_switch_stays_exact(dense):
+    p = prompt(20, 2)
+    plain, truth = plain_truth(dense, p)
+    for drafter in (Oracle(truth, 0), Oracle(truth, 2), RandomTreeDrafter(5)):
+        got, spec, eng = run(dense, p, N, drafter=drafter, cls=Scheduled)
+        assert got == plain and eng.tokens == p + plain
+        assert set(spec.mode_steps) == {PLAIN, CHAIN, "tree4", "tree8", "tree16"}
+
+
+def test_sampling_with_a_seed_gives_plain_samplings_tokens(dense):
+    """One draw of the engine's generator per emitted token, in plain order, in every mode."""
+    p = prompt(20, 3)
+    s = Sampling(temperature=0.9, top_k=40, top_p=0.95, repeat_penalty=1.1, presence_penalty=0.2, seed=7)
+    plain, truth = plain_truth(dense, p, 60, s)
+    for drafter, cls, costs in [(Oracle(truth, 0), Scheduled, None), (Oracle(truth, 1), AdaptiveSpeculator, CHEAP),
+                                (RandomTreeDrafter(1), AdaptiveSpeculator, None)]:
+        got, spec, _ = run(dense, p, 60, drafter=drafter, sampling=s, cls=cls, costs=costs)
+        assert got == plain
+        assert spec.stats.n_accepted > 0 or isinstance(drafter, RandomTreeDrafter)
+
+
+def test_eos_and_max_tokens_at_the_exact_token_across_switches(dense):
+    p = prompt(24, 1)
+    plain, truth = plain_truth(dense, p, 40)
+    for cls, costs in [(Scheduled, None), (AdaptiveSpeculator, CHEAP), (AdaptiveSpeculator, DEAR)]:
+        for n in (1, 2, 5, 11, 23):
+            got, _, eng = run(dense, p, n, drafter=Oracle(truth, 1), cls=cls, costs=costs)
+            assert got == plain[:n] and eng.n_past == len(p) + n
+        for stop_at in (3, 9, 17):
+            got, _, _ = run(dense, p, 40, drafter=Oracle(truth, 0), cls=cls, costs=costs, stop_ids=[plain[stop_at]])
+            first = plain.index(plain[stop_at])
+            assert got == plain[:first + 1]
+
+
+def test_high_acceptance_with_cheap_verifies_settles_on_speculation(dense):
+    p = prompt(24, 4)
+    plain, truth = plain_truth(dense, p)
+    # the truth at rank 0 everywhere: every mode accepts the whole depth, the chain is cheapest
+    got, spec, _ = run(dense, p, N, drafter=Oracle(truth, 0, ratio=0.1), costs=CHEAP)
+    assert got == plain and spec.mode_steps[PLAIN] == 0 and spec.stats.acceptance_length > 6
+    assert spec.last_mode == CHAIN and spec.describe() == f"auto: chain of {B - 1}"
+    # the truth at rank 1 (3): the chain accepts nothing, trees of budget >= 8 (16) accept the most;
+    # at equal costs the smaller such tree wins
+    for rank, best in [(1, "tree8"), (3, "tree16")]:
+        modes = []
+        got, spec, _ = run(dense, p, N, drafter=Oracle(truth, rank), costs=CHEAP,
+                           on_step=lambda s, r, c: modes.append(s.last_mode))
+        assert got == plain
+        assert set(modes[3:]) == {best}, modes
+        assert spec.acceptance[best] == max(spec.acceptance.values()) > spec.acceptance[CHAIN] == 0
+        assert f"tree budget {spec.budgets[best]}" in spec.describe()
+
+
+def test_zero_acceptance_settles_on_plain_with_rare_probes(dense):
+    p = prompt(24, 5)
+    plain, truth = plain_truth(dense, p, 200)
+    got, spec, _ = run(dense, p, 200, drafter=Oracle(truth, 0, missing_from=1), costs=CHEAP)
+    assert got == plain
+    spec_steps = spec.stats.n_steps - spec.mode_steps[PLAIN]
+    assert spec.mode_steps[PLAIN] >= 190 and 1 <= spec.n_probes <= 4 and spec_steps <= 1 + spec.n_probes
+    assert all(a == 0 for a in spec.acceptance.values())
+    # where speculation costs more than it can gain, probes are further apart (<= 2% of the time)
+    got, spec, _ = run(dense, p, 200, drafter=Oracle(truth, 0, missing_from=1), costs=DEAR)
+    assert got == plain and spec.n_probes <= 1
+
+
+def test_a_change_of_content_switches_modes_mid_reply(dense):
+    """Acceptance high, then zero from a position on: auto speculates, then decodes plainly; and
+    the other way round, a probe notices when drafts start to be accepted."""
+    p = prompt(24, 6)
+    plain, truth = plain_truth(dense, p, 200)
+    modes = []
+    got, spec, _ = run(dense, p, 200, drafter=ChangingOracle(truth, len(p) + 60), costs=CHEAP,
+                       on_step=lambda s, r, c: modes.append((c, s.last_mode)))
+    assert got == plain
+    assert all(m != PLAIN for c, m in modes if c < len(p) + 50)
+    assert sum(m == PLAIN for c, m in modes if c > len(p) + 80) > 80
+
+    class Improving(Oracle):   # nothing accepted before position `after`, the truth at rank 0 from there
+        after = len(p) + 60
+
+        def draft_candidates(self, x0, pos0, k):
+            self.missing_from = 1 if pos0 < self.after else None
+            return super().draft_candidates(x0, pos0, k)
+
+    modes.clear()
+    got, spec, _ = run(dense, p, 200, drafter=Improving(truth, 0, ratio=0.1), costs=CHEAP,
+                       on_step=lambda s, r, c: modes.append((c, s.last_mode)))
+    assert got == plain
+    assert modes[-1][1] != PLAIN and spec.mode_steps[PLAIN] > 20
+
+
+def test_counterfactual_counts_are_what_each_mode_would_accept(dense):
+    """Every count auto's records resolve to is what a step of that mode at that position accepts:
+    the chain, its leading drafts on the target's continuation; a tree of budget b, the deepest
+    node of build_tree's tree on it (what TreeSpeculator accepts, test_tree_speculative); and for
+    the mode that ran, the step's own count."""
+    p = prompt(24, 7)
+    plain, truth = plain_truth(dense, p)
+    drafter = Oracle(truth, 2, missing_from=5)
+    accepted = {}
+    got, spec, _ = run(dense, p, N, drafter=drafter, cls=Scheduled,
+                       on_step=lambda s, r, c: accepted.__setitem__((c, s.last_mode), r.n_accepted))
+    assert got == plain
+    seen = set()
+    for c, mode, n in spec.resolved:
+        x0 = truth[c]
+        if mode == CHAIN:
+            drafts = drafter.draft(x0, c)
+            want = next((i for i, t in enumerate(drafts) if truth.get(c + 1 + i) != t), len(drafts))
+        else:
+            b = spec.budgets[mode]
+            toks, lp = drafter.draft_candidates(x0, c, b)
+            want = truth_prefix_in_tree(build_tree(x0, toks, lp, b, max_depth=B - 1), truth, c)
+        assert n == want, (c, mode)
+        if (c, mode) in accepted:
+            assert n == accepted[c, mode]
+        seen.add(mode)
+    assert seen == {CHAIN, "tree4", "tree8", "tree16"}
+
+
+def test_hybrid_targets_choose_between_plain_and_the_chain(tmp_path):
+    from test_speculative import OracleDrafter
+
+    cfg = TinyConfig(arch="qwen35", n_vocab=V, n_layer=4, head_dim=32, seed=3)
+    hybrid = Model(write_tiny_gguf(tmp_path / "h.gguf", cfg), device=DEVICE, n_threads=THREADS)
+    p = prompt(20, 8)
+    plain, truth = plain_truth(hybrid, p, 60)
+    for drafter, cls in [(Oracle(truth, 0), Scheduled), (OracleDrafter(truth, V, 3), AdaptiveSpeculator),
+                         (RandomTreeDrafter(2), AdaptiveSpeculator)]:
+        got, spec, eng = run(hybrid, p, 60, drafter=drafter, cls=cls)
+        assert_greedy_matches(hybrid, p, got, plain)
+        assert spec.modes == [PLAIN, CHAIN] and set(spec.mode_steps) <= {PLAIN, CHAIN}
+
+
+def test_measured_costs_calibrate_each_tree_shape_at_most_once(dense):
+    p = prompt(24, 9)
+    plain, truth = plain_truth(dense, p)
+    eng = Engine(dense, n_ctx=512, n_verify_max=17)
+    spec = AdaptiveSpeculator(eng, Oracle(truth, 1), tree_budgets=BUDGETS)
+    for _ in range(3):   # three replies on one engine
+        eng.truncate(0)
+        got = [t for r in eng.generate(p, max_tokens=N, stop_token_ids=(), speculator=spec) for t in r.tokens]
+        assert got == plain
+    assert spec.n_calibrations <= len(BUDGETS)
+    assert set(spec.costs.verify) >= {(CHAIN, B)} and spec.costs.plain > 0
+    assert spec.describe().startswith("auto: ")
+    assert np.isfinite([spec.predict(m) or 0.0 for m in spec.modes]).all()
+
+
+def test_calibration_verifies_change_nothing(dense):
+    """A calibration (a tree verify of dummy rows, then commit(0)) before every step, whatever the
+    step's mode and whether a token is pending: the output is still plain greedy's."""
+
+    class Calibrating(Scheduled):
+        def choose(self):
+            for b in BUDGETS:
+                self._calibrate(b + 1)
+            return super().choose()
+
+    p = prompt(24, 10)
+    plain, truth = plain_truth(dense, p)
+    got, spec, eng = run(dense, p, N, drafter=Oracle(truth, 1), cls=Calibrating)
+    assert got == plain and eng.tokens == p + plain and spec.n_calibrations >= len(BUDGETS) * 10
