@@ -251,12 +251,13 @@ def test_non_streaming_disconnect_cancels():
 
 
 def test_draft_through_the_server_equals_in_process_and_streams_provenance():
-    """--draft default: the server's reply is the in-process speculative reply (same loader, same
+    """--draft default --spec chain: the server's reply is the in-process speculative reply (same loader, same
     engine), and its stream carries which text came from accepted drafts."""
     from luce_tui import cli, config, userconfig
     from luce_tui.remote import RemoteConversation
 
-    flags = ["--max-ctx", str(CTX), "--draft", "default", "--device", "cpu", "--threads", "1"]
+    # --spec chain: auto would rightly decode plainly on a CPU, and this test is about drafted text
+    flags = ["--max-ctx", str(CTX), "--draft", "default", "--spec", "chain", "--device", "cpu", "--threads", "1"]
     args = cli.build_parser().parse_args(flags)
     userconfig.merge(args, {})
     runtime = cli.load(config.engine_settings(args))
