@@ -33,7 +33,8 @@ Exactness: a plain step is Engine.step (or, with the target's last choice x0 pen
 speculative step, the one-row verify of x0 that Engine.step would have decoded), a speculative step
 is ChainSpeculator's or TreeSpeculator's (same walk, same draws), so greedy output equals plain
 greedy and sampled output is an exact draw (for a seed, the same tokens as plain sampling).
-Hybrid targets (not in TREE_ARCHS) choose between plain and the chain only.
+Targets that cannot verify trees (tree_capable: a hybrid one whose Engine was made without
+tree_verify) choose between plain and the chain only.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ import time
 from luce_engine.ddtree import Tree, build_tree, chain_tree
 from luce_engine.sampling import Sampling
 from luce_engine.speculative import ChainSpeculator, Drafter
-from luce_engine.tree_speculative import TREE_ARCHS, TreeSpeculator, draft_candidates
+from luce_engine.tree_speculative import TreeSpeculator, draft_candidates, tree_capable, verify_walk_commit
 
 AUTO_TREE_BUDGETS = (8, 16, 32)   # the tree budgets auto weighs (with --tree-budget's, where it fits)
 PLAIN, CHAIN = "plain", "chain"
@@ -150,7 +151,7 @@ class AdaptiveSpeculator(ChainSpeculator):
                  tree_budgets=AUTO_TREE_BUDGETS, temperature: float = 1.0, costs: StepCosts | None = None,
                  capture_ring: int = 4096):
         super().__init__(engine, drafter, max_draft=max_draft, capture_ring=capture_ring)
-        can_tree = (engine.model.arch in TREE_ARCHS and self.max_draft > 0
+        can_tree = (tree_capable(engine) and self.max_draft > 0
                     and (hasattr(drafter, "draft_candidates") or hasattr(drafter, "logits")))
         budgets = sorted({int(b) for b in tree_budgets if 1 <= int(b) < engine.n_verify_max}) if can_tree else []
         self.budgets = {f"tree{b}": b for b in budgets}
@@ -362,20 +363,7 @@ class AdaptiveSpeculator(ChainSpeculator):
                     self._records.append(_Record(c, {CHAIN: tree}))
         t1 = time.perf_counter()
         as_chain = mode == CHAIN or len(tree) == 1
-        if as_chain:
-            eng.verify(tree.tokens, logits=False, keep_pre_logits=False)
-        else:
-            eng.verify_tree(tree.tokens, tree.parents, logits=False, keep_pre_logits=False)
-        try:
-            path, bonus = self._walk(tree, sampling, native, stop_ids)
-        except BaseException:
-            eng.commit(0)              # nothing of this step happened; x0 stays pending
-            self._pending, self._pending_at = x0, c
-            raise
-        if as_chain:
-            eng.commit(len(path))
-        else:
-            eng.commit_path(path)
+        path, bonus = verify_walk_commit(self, tree, sampling, native, stop_ids, x0, c, as_chain)
         t2 = time.perf_counter()
         self.costs.observe_verify(self._kind(mode) if not as_chain else CHAIN, len(tree), (t2 - t1) * 1e3)
         self._pending, self._pending_at = bonus, (eng.n_past if bonus is not None else -1)

@@ -54,6 +54,29 @@ def draft_candidates(drafter: Drafter, x0: int, pos0: int, n_depth: int, k: int,
     return top_candidates(drafter.logits()[1:1 + n_depth], k, temperature)
 
 
+def verify_walk_commit(spec, tree: Tree, sampling: Sampling, native, stop_ids, x0: int, c: int,
+                       as_chain: bool = False) -> tuple[list[int], int | None]:
+    """One verify of `tree` (as a chain batch when as_chain: a tree without branches), the walk of
+    spec._walk along the target's choices, and the commit of the accepted path; returns the path
+    (root first) and the next pending token. On an error nothing of the step stays: x0 is pending."""
+    eng = spec.engine
+    if as_chain:
+        eng.verify(tree.tokens, logits=False, keep_pre_logits=False)
+    else:
+        eng.verify_tree(tree.tokens, tree.parents, logits=False, keep_pre_logits=False)
+    try:
+        path, bonus = spec._walk(tree, sampling, native, stop_ids)
+    except BaseException:
+        eng.commit(0)
+        spec._pending, spec._pending_at = x0, c
+        raise
+    if as_chain:
+        eng.commit(len(path))
+    else:
+        eng.commit_path(path)
+    return path, bonus
+
+
 class TreeSpeculator(ChainSpeculator):
     """DDTree speculation for one dense Engine with one Drafter (see the module docstring).
 
@@ -114,14 +137,7 @@ class TreeSpeculator(ChainSpeculator):
             toks, lp = draft_candidates(self.drafter, x0, c, n_depth, budget, self.temperature)
             tree = build_tree(x0, toks, lp, budget, max_depth=n_depth)
         t1 = time.perf_counter()
-        eng.verify_tree(tree.tokens, tree.parents, logits=False, keep_pre_logits=False)
-        try:
-            path, bonus = self._walk(tree, sampling, native, stop_ids)
-        except BaseException:
-            eng.commit(0)              # nothing of this step happened; x0 stays pending
-            self._pending, self._pending_at = x0, c
-            raise
-        eng.commit_path(path)
+        path, bonus = verify_walk_commit(self, tree, sampling, native, stop_ids, x0, c)
         t2 = time.perf_counter()
         self._pending, self._pending_at = bonus, (eng.n_past if bonus is not None else -1)
         accepted = len(path) - 1

@@ -178,18 +178,18 @@ static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model
     ggml_tensor * o;
     if (!verify) {
         o = recur_in_place(ctx, gf, ssm_state, in, g, beta);
-    } else if (graph.shape.tree_paths > 0) {   // only with replay (Engine::verify_tree): keep decay and beta as below
-        const size_t f = ggml_element_size(g);
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, g, ggml_view_2d(ctx, kv.rec.replay_g[size_t(il)], Hv, n, Hv * f, 0)));
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, beta, ggml_view_2d(ctx, kv.rec.replay_beta[size_t(il)], Hv, n, Hv * f, 0)));
-        o = tree_recurrence(ctx, hp, L, graph, conv_state, ssm_state, qkv, g, beta);
     } else if (kv.rec.replay) {
-        // the state stays; commit(k) replays the recurrence from the kept window, decay and beta
+        // the state stays; commit(k) (or commit_path) replays the recurrence from the kept window,
+        // decay and beta
         const size_t f = ggml_element_size(g);
         ggml_build_forward_expand(gf, ggml_cpy(ctx, g, ggml_view_2d(ctx, kv.rec.replay_g[size_t(il)], Hv, n, Hv * f, 0)));
         ggml_build_forward_expand(gf, ggml_cpy(ctx, beta, ggml_view_2d(ctx, kv.rec.replay_beta[size_t(il)], Hv, n, Hv * f, 0)));
-        ggml_tensor * r = ggml_gated_delta_net(ctx, in.q, in.k, in.v, g, beta, ssm_state, 1);   // [S·Hv, n + S]
-        o = ggml_view_4d(ctx, r, S, Hv, n, 1, S * f, S * Hv * f, S * Hv * n * f, 0);
+        if (graph.shape.tree_paths > 0) {   // a tree verify (only with replay: Engine::verify_tree)
+            o = tree_recurrence(ctx, hp, L, graph, conv_state, ssm_state, qkv, g, beta);
+        } else {
+            ggml_tensor * r = ggml_gated_delta_net(ctx, in.q, in.k, in.v, g, beta, ssm_state, 1);   // [S·Hv, n + S]
+            o = ggml_view_4d(ctx, r, S, Hv, n, 1, S * f, S * Hv * f, S * Hv * n * f, 0);
+        }
     } else {
         // one state slot per token after the outputs: slot s = state after token n-1-s
         ggml_tensor * r = ggml_gated_delta_net(ctx, in.q, in.k, in.v, g, beta, ssm_state, n);   // [S·Hv, n + n·S]

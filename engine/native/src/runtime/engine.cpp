@@ -1,6 +1,7 @@
 #include "engine.h"
 #include "device.h"
 #include "error.h"
+#include "graph_per_length.h"
 #include "graph_views.h"
 #include "memory_plan.h"
 #include "runtime.h"
@@ -37,6 +38,7 @@ Engine::~Engine() {
     if (replay_alloc_) ggml_gallocr_free(replay_alloc_);
     path_moves_.clear();
     if (path_move_alloc_) ggml_gallocr_free(path_move_alloc_);
+    row_moves_.clear();
     if (move_alloc_) ggml_gallocr_free(move_alloc_);
     small_batch_.reset();   // its events and stream belong to the runner's device: gone before it is
     runner_.reset();
@@ -453,25 +455,12 @@ void Engine::restore_recurrent_after(int32_t k) {
 
 // Recurrent state after provisional token k-1 of the pending verify, recomputed from the state
 // before it: the replay graph of k tokens (add_qwen35_replay) on its own scratch, reserved at start
-// for the longest verify. One graph per k is built and allocated once, then replayed: its tensors
-// keep the addresses of that allocation, which stay valid while the scratch buffer is not
-// reallocated (it was reserved for the largest k). Should an allocation grow the buffer anyway, the
-// other graphs' addresses are stale and they are dropped.
+// for the longest verify, one graph per k (graph_per_length.h).
 void Engine::replay_recurrent(int32_t k) {
-    if (replay_graphs_.size() <= size_t(k)) replay_graphs_.resize(size_t(k) + 1);
-    std::unique_ptr<ReplayGraph> & rg = replay_graphs_[size_t(k)];
-    if (!rg) {
-        rg = std::make_unique<ReplayGraph>(m_, kv_, k);
-        const size_t before = ggml_gallocr_get_buffer_size(replay_alloc_, 0);
-        if (!ggml_gallocr_alloc_graph(replay_alloc_, rg->gf)) {
-            rg.reset();
-            throw Error(LUCE_ERR_MEMORY, "cannot allocate the rollback replay's scratch on " + m_.device_name);
-        }
-        if (ggml_gallocr_get_buffer_size(replay_alloc_, 0) != before) {
-            for (size_t i = 0; i < replay_graphs_.size(); ++i) if (i != size_t(k)) replay_graphs_[i].reset();
-        }
-    }
-    const ggml_status st = ggml_backend_graph_compute(runner_->backend(), rg->gf);
+    ReplayGraph & rg = graph_per_length(replay_graphs_, replay_alloc_, k,
+                                        [&] { return std::make_unique<ReplayGraph>(m_, kv_, k); },
+                                        "the rollback replay's scratch", m_.device_name);
+    const ggml_status st = ggml_backend_graph_compute(runner_->backend(), rg.gf);
     if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, "replaying the recurrent state failed on " + m_.device_name);
 }
 
@@ -479,6 +468,7 @@ void Engine::set_capture(const int32_t * layers, int32_t n, bool output_conventi
     check_no_pending();
     logits_.invalidate();
     graph_.reset();   // graphs change shape with the capture set
+    row_moves_.clear();   // their ring aliases too
     kv_.capture.set(m_, layers, n, output_convention, ring);
 }
 

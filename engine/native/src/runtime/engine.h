@@ -122,7 +122,8 @@ private:
     ContextState kv_;                        // attention K/V, recurrent state, capture ring
     std::unique_ptr<GraphRunner> runner_;    // the model's device (+ CPU fallback), one scheduler
     ggml_gallocr_t replay_alloc_ = nullptr;   // the replay graph's scratch (kv_.rec.replay), reserved for n_verify_max
-    ggml_gallocr_t move_alloc_ = nullptr;     // commit_path's row-move graph: its index inputs and gathered rows
+    ggml_gallocr_t move_alloc_ = nullptr;     // commit_path's row-move graphs: their index inputs and gathered rows
+    std::vector<std::unique_ptr<RowMoveGraph>> row_moves_;   // per number of rows moved (move_path_rows)
     std::vector<std::unique_ptr<ReplayGraph>> replay_graphs_;   // per k, allocated once (replay_recurrent)
     ggml_gallocr_t path_move_alloc_ = nullptr;   // the tree commit's scratch (hybrid, replay), reserved for n_verify_max
     std::vector<std::unique_ptr<PathMoveGraph>> path_moves_;    // per path length (move_recurrent_path_inputs)

@@ -3,6 +3,8 @@
 // whose K/V and captured features are moved into place without running the model again.
 #include "engine.h"
 #include "error.h"
+#include "graph_per_length.h"
+#include "path_move_graph.h"
 
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
@@ -86,6 +88,38 @@ void Engine::commit_path(const int32_t * nodes, int32_t k) {
 // read before any of its rows is written. The capture rings move the same way (position p lives in
 // ring row p % ring). A tensor whose rows are not whole 4-byte words (a quantized cache with an odd
 // number of blocks per row) takes the host round trip instead.
+RowMoveGraph::RowMoveGraph(const ContextState & kv, const std::vector<ggml_tensor *> & tensors, int m,
+                           const std::string & device) {
+    const size_t n_tensors = tensors.size() + kv.capture.rings.size();
+    ggml_init_params ip = {ggml_tensor_overhead() * (3 * n_tensors + 8) + ggml_graph_overhead_custom(2 * n_tensors + 8, false),
+                           nullptr, /*no_alloc=*/true};
+    ctx = ggml_init(ip);
+    if (!ctx) throw Error(LUCE_ERR_MEMORY, "cannot create the path commit's graph");
+    gf = ggml_new_graph_custom(ctx, 2 * n_tensors + 8, false);
+    auto indices = [&](ggml_type type, const char * name) {
+        ggml_tensor * t = ggml_new_tensor_1d(ctx, type, m);
+        ggml_set_name(t, name);
+        ggml_set_input(t);
+        return t;
+    };
+    kv_src = indices(GGML_TYPE_I32, "path_kv_src");
+    kv_dst = indices(GGML_TYPE_I64, "path_kv_dst");
+    ring_src = indices(GGML_TYPE_I32, "path_ring_src");
+    ring_dst = indices(GGML_TYPE_I64, "path_ring_dst");
+    auto move = [&](ggml_tensor * t, ggml_tensor * src, ggml_tensor * dst) {
+        ggml_tensor * words = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, int64_t(t->nb[1] / sizeof(float)), t->ne[1]);
+        if (ggml_backend_tensor_alloc(t->buffer, words, t->data) != GGML_STATUS_SUCCESS) {
+            ggml_free(ctx);
+            throw Error(LUCE_ERR_COMPUTE, "cannot alias a cache tensor for the path commit on " + device);
+        }
+        ggml_build_forward_expand(gf, ggml_set_rows(ctx, words, ggml_get_rows(ctx, words, src), dst));
+    };
+    for (ggml_tensor * t : tensors) move(t, kv_src, kv_dst);
+    for (ggml_tensor * t : kv.capture.rings) move(t, ring_src, ring_dst);   // F32 [E, ring]
+}
+
+RowMoveGraph::~RowMoveGraph() { ggml_free(ctx); }
+
 void Engine::move_path_rows(const int32_t * nodes, int32_t k) {
     const int64_t n0 = int64_t(tokens_.size()) - pending_;
     int32_t first = 1;
@@ -93,48 +127,20 @@ void Engine::move_path_rows(const int32_t * nodes, int32_t k) {
     if (first == k) return;   // the path is the first k rows already
     const int32_t m = k - first;   // rows to move; nodes[d] > d for each (the nodes increase)
 
-    std::vector<ggml_tensor *> kv_rows, ring_rows, host_rows;
+    std::vector<ggml_tensor *> word_rows, host_rows;
     for (size_t il = 0; il < kv_.attn.k.size(); ++il) {
         for (ggml_tensor * t : {kv_.attn.k[il], kv_.attn.v[il]}) {
-            if (t) (t->nb[1] % sizeof(float) == 0 ? kv_rows : host_rows).push_back(t);
+            if (t) (t->nb[1] % sizeof(float) == 0 ? word_rows : host_rows).push_back(t);
         }
     }
-    for (ggml_tensor * t : kv_.capture.rings) ring_rows.push_back(t);   // F32 [E, ring]
     for (ggml_tensor * t : host_rows) move_rows_via_host(t, nodes, first, k);
-
-    const size_t n_tensors = kv_rows.size() + ring_rows.size();
-    if (n_tensors == 0) return;
-    ggml_init_params ip = {ggml_tensor_overhead() * (3 * n_tensors + 8) + ggml_graph_overhead_custom(2 * n_tensors + 8, false),
-                           nullptr, /*no_alloc=*/true};
-    ggml_context * ctx = ggml_init(ip);
-    if (!ctx) throw Error(LUCE_ERR_MEMORY, "cannot create the path commit's graph");
-    struct FreeCtx {
-        ggml_context * c;
-        ~FreeCtx() { ggml_free(c); }
-    } free_ctx{ctx};
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 2 * n_tensors + 8, false);
-    auto indices = [&](ggml_type type, const char * name) {
-        ggml_tensor * t = ggml_new_tensor_1d(ctx, type, m);
-        ggml_set_name(t, name);
-        ggml_set_input(t);
-        return t;
-    };
-    ggml_tensor * kv_src = indices(GGML_TYPE_I32, "path_kv_src"), * kv_dst = indices(GGML_TYPE_I64, "path_kv_dst");
-    ggml_tensor * ring_src = indices(GGML_TYPE_I32, "path_ring_src"), * ring_dst = indices(GGML_TYPE_I64, "path_ring_dst");
-    auto move = [&](ggml_tensor * t, ggml_tensor * src, ggml_tensor * dst) {
-        ggml_tensor * words = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, int64_t(t->nb[1] / sizeof(float)), t->ne[1]);
-        if (ggml_backend_tensor_alloc(t->buffer, words, t->data) != GGML_STATUS_SUCCESS) {
-            throw Error(LUCE_ERR_COMPUTE, "cannot alias a cache tensor for the path commit on " + m_.device_name);
-        }
-        ggml_build_forward_expand(gf, ggml_set_rows(ctx, words, ggml_get_rows(ctx, words, src), dst));
-    };
-    for (ggml_tensor * t : kv_rows) move(t, kv_src, kv_dst);
-    for (ggml_tensor * t : ring_rows) move(t, ring_src, ring_dst);
+    if (word_rows.empty() && kv_.capture.rings.empty()) return;
 
     if (!move_alloc_) move_alloc_ = ggml_gallocr_new(ggml_backend_dev_buffer_type(m_.dev));
-    if (!move_alloc_ || !ggml_gallocr_alloc_graph(move_alloc_, gf)) {
-        throw Error(LUCE_ERR_MEMORY, "cannot allocate the path commit's scratch on " + m_.device_name);
-    }
+    if (!move_alloc_) throw Error(LUCE_ERR_MEMORY, "cannot allocate the path commit's scratch on " + m_.device_name);
+    RowMoveGraph & g = graph_per_length(row_moves_, move_alloc_, m,
+                                        [&] { return std::make_unique<RowMoveGraph>(kv_, word_rows, m, m_.device_name); },
+                                        "the path commit's scratch", m_.device_name);
     const int64_t ring = std::max<int64_t>(kv_.capture.ring, 1);
     std::vector<int32_t> src_kv(static_cast<size_t>(m)), src_ring(static_cast<size_t>(m));
     std::vector<int64_t> dst_kv(static_cast<size_t>(m)), dst_ring(static_cast<size_t>(m));
@@ -149,11 +155,11 @@ void Engine::move_path_rows(const int32_t * nodes, int32_t k) {
     auto upload = [](ggml_tensor * t, const void * data, size_t bytes) {
         if (t->buffer) ggml_backend_tensor_set(t, data, 0, bytes);
     };
-    upload(kv_src, src_kv.data(), src_kv.size() * sizeof(int32_t));
-    upload(kv_dst, dst_kv.data(), dst_kv.size() * sizeof(int64_t));
-    upload(ring_src, src_ring.data(), src_ring.size() * sizeof(int32_t));
-    upload(ring_dst, dst_ring.data(), dst_ring.size() * sizeof(int64_t));
-    const ggml_status st = ggml_backend_graph_compute(runner_->backend(), gf);
+    upload(g.kv_src, src_kv.data(), src_kv.size() * sizeof(int32_t));
+    upload(g.kv_dst, dst_kv.data(), dst_kv.size() * sizeof(int64_t));
+    upload(g.ring_src, src_ring.data(), src_ring.size() * sizeof(int32_t));
+    upload(g.ring_dst, dst_ring.data(), dst_ring.size() * sizeof(int64_t));
+    const ggml_status st = ggml_backend_graph_compute(runner_->backend(), g.gf);
     if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, "moving the accepted path's cache rows failed on " + m_.device_name);
 }
 

@@ -3,6 +3,7 @@
 // path's are moved into chain order on the device, then commit's replay recomputes its state.
 #include "engine.h"
 #include "error.h"
+#include "graph_per_length.h"
 #include "path_move_graph.h"
 
 #include "ggml-alloc.h"
@@ -41,25 +42,15 @@ PathMoveGraph::~PathMoveGraph() { ggml_free(ctx); }
 
 void Engine::move_recurrent_path_inputs(const int32_t * nodes, int32_t k) {
     const int64_t W = m_.hp.ssm_conv - 1;
-    if (path_moves_.size() <= size_t(k)) path_moves_.resize(size_t(k) + 1);
-    std::unique_ptr<PathMoveGraph> & pm = path_moves_[size_t(k)];
-    if (!pm) {
-        pm = std::make_unique<PathMoveGraph>(m_, kv_, k);
-        const size_t before = ggml_gallocr_get_buffer_size(path_move_alloc_, 0);
-        if (!ggml_gallocr_alloc_graph(path_move_alloc_, pm->gf)) {
-            pm.reset();
-            throw Error(LUCE_ERR_MEMORY, "cannot allocate the tree commit's scratch on " + m_.device_name);
-        }
-        if (ggml_gallocr_get_buffer_size(path_move_alloc_, 0) != before) {   // the others' tensors moved
-            for (size_t i = 0; i < path_moves_.size(); ++i) if (i != size_t(k)) path_moves_[i].reset();
-        }
-    }
+    PathMoveGraph & pm = graph_per_length(path_moves_, path_move_alloc_, k,
+                                          [&] { return std::make_unique<PathMoveGraph>(m_, kv_, k); },
+                                          "the tree commit's scratch", m_.device_name);
     std::vector<int32_t> cols(size_t(W + k));
     for (int64_t c = 0; c < W; ++c) cols[size_t(c)] = int32_t(c);
     for (int32_t d = 0; d < k; ++d) cols[size_t(W + d)] = int32_t(W) + nodes[d];
-    ggml_backend_tensor_set(pm->hist_cols, cols.data(), 0, cols.size() * sizeof(int32_t));
-    ggml_backend_tensor_set(pm->rows, nodes, 0, size_t(k) * sizeof(int32_t));
-    const ggml_status st = ggml_backend_graph_compute(runner_->backend(), pm->gf);
+    ggml_backend_tensor_set(pm.hist_cols, cols.data(), 0, cols.size() * sizeof(int32_t));
+    ggml_backend_tensor_set(pm.rows, nodes, 0, size_t(k) * sizeof(int32_t));
+    const ggml_status st = ggml_backend_graph_compute(runner_->backend(), pm.gf);
     if (st != GGML_STATUS_SUCCESS) throw Error(LUCE_ERR_COMPUTE, "moving the tree path's recurrent inputs failed on " + m_.device_name);
 }
 
