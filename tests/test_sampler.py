@@ -107,3 +107,39 @@ def test_invalid_parameters():
         Sampling(top_p=0)
     with pytest.raises(ValueError):
         Sampling(min_p=2)
+
+
+@pytest.fixture(scope="module")
+def smollm2_engine():
+    """The default model's 49,152-token vocabulary: most of its probabilities lie below the top-p
+    search's first floor (1e-4), so the nucleus there spans several floors."""
+    from reference import smollm2_path
+    eng = Engine(Model(smollm2_path(), device=DEVICE, n_threads=2), n_ctx=64)
+    eng.prefill(eng.model.tokenizer.encode("My favourite"))   # a flat next-token distribution
+    return eng
+
+
+def chi_square_top(got, p, k=8):
+    top = np.argsort(-p)[:k]
+    observed = np.array([np.sum(got == t) for t in top] + [np.sum(~np.isin(got, top))])
+    expected = np.append(p[top], max(1 - p[top].sum(), 1e-12)) * len(got)
+    keep = expected > 5   # cells too small for the statistic are merged away
+    return float(((observed[keep] - expected[keep]) ** 2 / expected[keep]).sum()), int(keep.sum()) - 1
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.9999, 0.9])
+def test_large_vocabulary_draws_match_the_float64_nucleus(smollm2_engine, top_p):
+    """Draws at T = 1.4 follow the float64 reference of top-p over the full vocabulary (the sampler
+    sorts only the candidates the nucleus needs, and none without a filter)."""
+    logits = smollm2_engine.logits().astype(np.float64)
+    p = softmax(logits)
+    order = np.argsort(-p, kind="stable")
+    n = int(np.searchsorted(np.cumsum(p[order]), top_p)) + 1 if top_p < 1 else len(p)
+    nucleus = order[:n]
+    q = np.zeros_like(p)
+    q[nucleus] = softmax(logits[nucleus], 1.4)
+    got = draws(smollm2_engine, Sampling(temperature=1.4, top_p=top_p), 3000, seed=5)
+    assert set(got.tolist()) <= set(nucleus.tolist())
+    chi2, dof = chi_square_top(got, q)
+    critical = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12}   # p = 0.001
+    assert chi2 < critical[dof], (chi2, dof)

@@ -10,9 +10,11 @@ static bool by_logit_desc(const Candidate & a, const Candidate & b) {
     return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
 }
 
+// Normalised probabilities of c at temperature t, in c's order (any order: the maximum is searched).
 static void softmax(std::vector<Candidate> & c, float temperature) {
     const float inv_t = temperature > 0 ? 1.0f / temperature : 1.0f;
-    const float max_l = c.front().logit;   // sorted descending
+    float max_l = -INFINITY;
+    for (const auto & x : c) max_l = std::max(max_l, x.logit);
     double sum = 0.0;
     for (auto & x : c) { x.p = std::exp((x.logit - max_l) * inv_t); sum += x.p; }
     for (auto & x : c) x.p = float(x.p / sum);
@@ -35,6 +37,44 @@ static std::unordered_map<int32_t, float> penalized(const float * logits, int32_
         out[id] = l;
     }
     return out;
+}
+
+static double mass(std::vector<Candidate>::const_iterator a, std::vector<Candidate>::const_iterator b) {
+    double m = 0.0;
+    for (; a != b; ++a) m += a->p;
+    return m;
+}
+
+// Keeps top-p's nucleus of c (probabilities normalised, any order): the fewest candidates of highest
+// probability (ties: lower id first) whose mass reaches top_p. Found by partitioning around pivots,
+// as a selection does, so that no more than a few dozen candidates are ever sorted.
+static void keep_top_p(std::vector<Candidate> & c, float top_p) {
+    auto lo = c.begin(), hi = c.end();   // the cut lies in [lo, hi); everything before lo is kept
+    double need = top_p;                 // the mass still to take from [lo, hi)
+    while (hi - lo > 32) {
+        Candidate a = *lo, b = *(lo + (hi - lo) / 2), d = *(hi - 1);   // the pivot: the median of three
+        if (by_logit_desc(b, a)) std::swap(a, b);
+        if (by_logit_desc(d, b)) std::swap(b, d);
+        if (by_logit_desc(b, a)) std::swap(a, b);
+        const Candidate pivot = b;
+        auto mid = std::partition(lo, hi, [&](const Candidate & x) { return by_logit_desc(x, pivot); });
+        std::iter_swap(mid, std::find_if(mid, hi, [&](const Candidate & x) { return x.id == pivot.id; }));
+        const double front = mass(lo, mid);
+        if (front >= need) {
+            hi = mid;                                   // the cut is above the pivot
+        } else if (front + mid->p >= need) {
+            c.erase(mid + 1, c.end());                  // the cut is the pivot
+            return;
+        } else {
+            need -= front + mid->p;                     // the pivot and everything above it are kept
+            lo = mid + 1;
+        }
+    }
+    std::sort(lo, hi, by_logit_desc);
+    double cum = 0.0;
+    auto cut = lo;
+    while (cut != hi) { cum += cut->p; ++cut; if (cum >= need) break; }
+    c.erase(cut == c.begin() ? cut + 1 : cut, c.end());
 }
 
 std::vector<Candidate> processed_distribution(const float * logits, int32_t n_vocab, const luce_sampling_params & sp,
@@ -69,29 +109,27 @@ std::vector<Candidate> processed_distribution(const float * logits, int32_t n_vo
     for (int32_t i = 0; i < n_vocab; ++i) c[size_t(i)] = {i, logits[i], 0.0f};
     for (const auto & [id, l] : changed) c[size_t(id)].logit = l;
 
-    size_t keep = c.size();
-    if (sp.top_k > 0 && size_t(sp.top_k) < keep) {
-        keep = size_t(sp.top_k);
-        std::partial_sort(c.begin(), c.begin() + long(keep), c.end(), by_logit_desc);
-        c.resize(keep);
-    } else {
-        std::sort(c.begin(), c.end(), by_logit_desc);
+    const bool cut_k = sp.top_k > 0 && size_t(sp.top_k) < c.size();
+    const bool cut_p = sp.top_p < 1.0f || sp.min_p > 0.0f;
+    if (!cut_k && !cut_p) {   // the whole vocabulary: no order needed, sorting it cost ~4 ms a token
+        softmax(c, sp.temperature);
+        return c;
     }
-
+    if (cut_k) {   // a heap of k rejects most of the vocabulary with one comparison
+        std::partial_sort(c.begin(), c.begin() + sp.top_k, c.end(), by_logit_desc);
+        c.resize(size_t(sp.top_k));
+    }
     // top-p and min-p look at the distribution before temperature (as llama.cpp's chain does).
-    if (sp.top_p < 1.0f || sp.min_p > 0.0f) {
+    if (cut_p) {
         softmax(c, 1.0f);
         if (sp.top_p < 1.0f) {
-            double cum = 0.0;
-            size_t n = 0;
-            while (n < c.size()) { cum += c[n].p; ++n; if (cum >= sp.top_p) break; }
-            c.resize(std::max<size_t>(n, 1));
+            keep_top_p(c, sp.top_p);
         }
         if (sp.min_p > 0.0f) {
-            const float p_max = c.front().p;
-            size_t n = 1;
-            while (n < c.size() && c[n].p >= sp.min_p * p_max) ++n;
-            c.resize(n);
+            float p_max = 0.0f;
+            for (const auto & x : c) p_max = std::max(p_max, x.p);
+            const float floor_p = sp.min_p * p_max;
+            c.erase(std::partition(c.begin(), c.end(), [floor_p](const Candidate & x) { return x.p >= floor_p; }), c.end());
         }
     }
     softmax(c, sp.temperature);

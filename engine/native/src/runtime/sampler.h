@@ -18,8 +18,9 @@ struct Candidate {
 
 // Applies penalties (over history) and then the filters, in llama.cpp's common order:
 // penalties → top-k → top-p → min-p → temperature → softmax. Returns the surviving candidates
-// with normalised probabilities, sorted by decreasing probability (ties: lower id first).
-// For temperature <= 0 it returns the single argmax with p = 1.
+// with normalised probabilities, in an order fixed by the input but otherwise unspecified (a draw
+// needs none: sorting the whole vocabulary cost more than a decode step). For temperature <= 0: the
+// argmax with p = 1.
 std::vector<Candidate> processed_distribution(const float * logits, int32_t n_vocab, const luce_sampling_params & sp,
                                               const int32_t * history, int32_t n_history);
 
