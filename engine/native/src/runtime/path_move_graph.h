@@ -33,6 +33,7 @@ struct PathMoveGraph {
     ggml_context * ctx = nullptr;
     ggml_cgraph * gf = nullptr;
     ggml_tensor * hist_cols = nullptr;   // I32 [W + k]: 0..W-1, then W + nodes[d]
+    ggml_tensor * hist_dst = nullptr;    // I64 [W + k]: 0..W+k-1, where they go
     ggml_tensor * rows = nullptr;        // I32 [k]: nodes[d]
     PathMoveGraph(const Model & m, const ContextState & kv, int k);   // throws
     ~PathMoveGraph();
