@@ -135,28 +135,45 @@ def test_foreign_and_damaged_files_are_reported_once_and_kept(tmp_path, referenc
     model = le.Model(le.default_model_path(), device="cpu", n_threads=1)
     eng = le.Engine(model, n_ctx=CTX)
     prompt = Conversation(eng).encode(conversation(FIRST, replies[:1], NEXT[:1]))   # as the server encodes it
-    other = le.Engine(model, n_ctx=1024)   # another context size: a foreign file
+    # every file below holds a prefix of the prompt, so only the checks keep the server from using it
+    other = le.Engine(model, n_ctx=1024)   # another context size
     other.prefill(prompt[:40])
     other.save_state(tmp_path / "5.state")
-    eng.prefill(prompt[:60])   # a prefix of the prompt: the server tries to load it
+    eng.prefill(prompt[:60])
     eng.save_state(tmp_path / "6.state")
     data = bytearray((tmp_path / "6.state").read_bytes())
     data[len(data) // 2] ^= 0xFF   # inside the K/V rows: the header and the token ids still read
     (tmp_path / "6.state").write_bytes(bytes(data))
     (tmp_path / "7.state").write_bytes(b"not a state file at all" * 100)
+    q8 = le.Engine(model, n_ctx=CTX, cache_type_k="q8_0", cache_type_v="q8_0")   # another KV type
+    q8.prefill(prompt[:50])
+    q8.save_state(tmp_path / "8.state")
+    tiny = le.Model(write_tiny_gguf(tmp_path / "tiny.gguf", TinyConfig(tokenizer_from=le.default_model_path())),
+                    device="cpu", n_threads=1)   # another model with the same tokenizer
+    tiny_eng = le.Engine(tiny, n_ctx=CTX)
+    tiny_eng.prefill(prompt[:70])
+    tiny_eng.save_state(tmp_path / "9.state")
+    eng.truncate(0)
+    eng.prefill(prompt[:80])
+    eng.save_state(tmp_path / "10.state")
+    data = (tmp_path / "10.state").read_bytes()
+    (tmp_path / "10.state").write_bytes(data[:len(data) * 3 // 4])   # truncated (a copy cut short)
     before = {n: (tmp_path / n).read_bytes() for n in state_files(tmp_path)}
     with serve("--max-ctx", str(CTX), "--state-dir", str(tmp_path)) as s:
-        for _ in range(2):
+        for _ in range(3):   # each unusable file is tried at most once, then left alone
             text, usage, luce = ask(s.client(), conversation(FIRST, replies[:1], NEXT[:1]))
             assert text == replies[1]
+            assert luce["restored"] is None and usage.prompt_tokens_details.cached_tokens in (0, usage.prompt_tokens - 1)
         time.sleep(0.5)   # the log lines of the loads
         lines = list(s.stderr)
     log = "".join(lines)
     for name in before:
-        assert sum(f"/{name}" in line for line in lines) == 1, log   # once, however many requests
+        assert sum(f"/{name} " in line for line in lines) == 1, log   # once, however many requests
         assert (tmp_path / name).read_bytes() == before[name]   # kept as it was
-    assert "5.state was saved by another model or context" in log
-    assert state_files(tmp_path) == ["5.state", "6.state", "7.state", "8.state"]   # a new file, not over one
+    for name in ("5", "8", "9"):
+        assert f"{name}.state was saved by another model or context" in log
+    assert set(state_files(tmp_path)) == set(before) | {"11.state"}   # a new file, not over one
+    assert "Traceback" not in log
 
 
 def test_the_disk_budget_evicts_the_oldest_and_restore_takes_the_longest_prefix(tmp_path):
