@@ -105,6 +105,10 @@ class SessionStates:
             self.speculator.resumed(io["n_captured"])
         if n < io["n_tokens"]:
             self.engine.truncate(n)   # another branch after the prefix: dense models cut back at once
+        else:
+            # A loaded context has no turn checkpoints: without one here a hybrid model's later cut
+            # back past this point (an edit, a retry) would recompute the whole context.
+            self.engine.checkpoint()
         rate = self._saved_rate(session_id)
         return Resumed(n, seconds, n / rate if rate else None, io["n_captured"])
 

@@ -15,6 +15,7 @@ import luce_engine as le
 from luce_tui.conversation import Conversation
 from luce_tui.server.states import ServerStates
 from server_support import serve
+from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
 CTX = 2048
 MAX = 16   # every reply is cut by max_tokens: the saved context is exactly prompt + reply
@@ -33,13 +34,13 @@ FIRST = STORY + "What is the note about?"
 NEXT = ["Name one river of the city.", "And what did the weavers make?"]
 
 
-def ask(client, messages, stream=False):
+def ask(client, messages, stream=False, max_tokens=MAX):
     """(text, usage, luce extension) of one greedy request."""
     if not stream:
-        r = client.chat.completions.create(model="any", messages=messages, temperature=0, max_tokens=MAX)
+        r = client.chat.completions.create(model="any", messages=messages, temperature=0, max_tokens=max_tokens)
         return r.choices[0].message.content, r.usage, r.model_extra["luce"]
     text, usage, luce = [], None, None
-    for c in client.chat.completions.create(model="any", messages=messages, temperature=0, max_tokens=MAX,
+    for c in client.chat.completions.create(model="any", messages=messages, temperature=0, max_tokens=max_tokens,
                                             stream=True, stream_options={"include_usage": True}):
         if c.choices:
             text.append(c.choices[0].delta.content or "")
@@ -134,28 +135,45 @@ def test_foreign_and_damaged_files_are_reported_once_and_kept(tmp_path, referenc
     model = le.Model(le.default_model_path(), device="cpu", n_threads=1)
     eng = le.Engine(model, n_ctx=CTX)
     prompt = Conversation(eng).encode(conversation(FIRST, replies[:1], NEXT[:1]))   # as the server encodes it
-    other = le.Engine(model, n_ctx=1024)   # another context size: a foreign file
+    # every file below holds a prefix of the prompt, so only the checks keep the server from using it
+    other = le.Engine(model, n_ctx=1024)   # another context size
     other.prefill(prompt[:40])
     other.save_state(tmp_path / "5.state")
-    eng.prefill(prompt[:60])   # a prefix of the prompt: the server tries to load it
+    eng.prefill(prompt[:60])
     eng.save_state(tmp_path / "6.state")
     data = bytearray((tmp_path / "6.state").read_bytes())
     data[len(data) // 2] ^= 0xFF   # inside the K/V rows: the header and the token ids still read
     (tmp_path / "6.state").write_bytes(bytes(data))
     (tmp_path / "7.state").write_bytes(b"not a state file at all" * 100)
+    q8 = le.Engine(model, n_ctx=CTX, cache_type_k="q8_0", cache_type_v="q8_0")   # another KV type
+    q8.prefill(prompt[:50])
+    q8.save_state(tmp_path / "8.state")
+    tiny = le.Model(write_tiny_gguf(tmp_path / "tiny.gguf", TinyConfig(tokenizer_from=le.default_model_path())),
+                    device="cpu", n_threads=1)   # another model with the same tokenizer
+    tiny_eng = le.Engine(tiny, n_ctx=CTX)
+    tiny_eng.prefill(prompt[:70])
+    tiny_eng.save_state(tmp_path / "9.state")
+    eng.truncate(0)
+    eng.prefill(prompt[:80])
+    eng.save_state(tmp_path / "10.state")
+    data = (tmp_path / "10.state").read_bytes()
+    (tmp_path / "10.state").write_bytes(data[:len(data) * 3 // 4])   # truncated (a copy cut short)
     before = {n: (tmp_path / n).read_bytes() for n in state_files(tmp_path)}
     with serve("--max-ctx", str(CTX), "--state-dir", str(tmp_path)) as s:
-        for _ in range(2):
+        for _ in range(3):   # each unusable file is tried at most once, then left alone
             text, usage, luce = ask(s.client(), conversation(FIRST, replies[:1], NEXT[:1]))
             assert text == replies[1]
+            assert luce["restored"] is None and usage.prompt_tokens_details.cached_tokens in (0, usage.prompt_tokens - 1)
         time.sleep(0.5)   # the log lines of the loads
         lines = list(s.stderr)
     log = "".join(lines)
     for name in before:
-        assert sum(f"/{name}" in line for line in lines) == 1, log   # once, however many requests
+        assert sum(f"/{name} " in line for line in lines) == 1, log   # once, however many requests
         assert (tmp_path / name).read_bytes() == before[name]   # kept as it was
-    assert "5.state was saved by another model or context" in log
-    assert state_files(tmp_path) == ["5.state", "6.state", "7.state", "8.state"]   # a new file, not over one
+    for name in ("5", "8", "9"):
+        assert f"{name}.state was saved by another model or context" in log
+    assert set(state_files(tmp_path)) == set(before) | {"11.state"}   # a new file, not over one
+    assert "Traceback" not in log
 
 
 def test_the_disk_budget_evicts_the_oldest_and_restore_takes_the_longest_prefix(tmp_path):
@@ -187,3 +205,73 @@ def test_the_disk_budget_evicts_the_oldest_and_restore_takes_the_longest_prefix(
     assert again.restore(prompt, len(convs[1])) is None
     assert again.restore(convs[2][:10], 0).n_tokens == 10 and eng2.tokens == convs[2][:10]   # cut back
     assert not log
+
+
+@pytest.fixture(scope="module")
+def hybrid_model(tmp_path_factory):
+    """A tiny qwen35 (DeltaNet hybrid) with SmolLM2's tokenizer: random weights, real file."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("hybrid") / "hybrid.gguf",
+                           TinyConfig(arch="qwen35", n_layer=4, head_dim=32, tokenizer_from=le.default_model_path()))
+
+
+def test_a_restarted_hybrid_server_continues_from_its_saved_prefix(tmp_path, hybrid_model):
+    """A hybrid target takes a file only whole (its recurrent state cannot be cut back); the follow-up
+    after a restart prefills only its new tokens and answers as a server that never stopped, and a
+    retry of it reuses the restored context as the live server reuses its turn checkpoint."""
+    flags = ("--target", hybrid_model, "--max-ctx", "1024")
+    first = [{"role": "user", "content": FIRST}]
+
+    def follow(reply: str) -> list[dict]:
+        return first + [{"role": "assistant", "content": reply}, {"role": "user", "content": NEXT[0]}]
+
+    with serve(*flags) as s:   # the reference: never restarted, no state files
+        c = s.client()
+        reply1, usage1, _ = ask(c, first, max_tokens=1)   # one token: its text reads back as that token
+        reply2, usage2, _ = ask(c, follow(reply1), max_tokens=8)
+    turn1 = usage1.prompt_tokens + usage1.completion_tokens
+    assert usage2.prompt_tokens_details.cached_tokens == turn1, "the reply did not read back as its tokens"
+
+    with serve(*flags, "--state-dir", str(tmp_path)) as s:
+        assert ask(s.client(), first, max_tokens=1)[0] == reply1
+    assert state_files(tmp_path) == ["1.state"]
+    with serve(*flags, "--state-dir", str(tmp_path)) as s:
+        c = s.client()
+        text, usage, luce = ask(c, follow(reply1), max_tokens=8, stream=True)
+        assert text == reply2
+        assert usage.prompt_tokens_details.cached_tokens == turn1 == luce["restored"]["n_tokens"]
+        assert luce["timings"]["prompt_n"] == usage.prompt_tokens - turn1
+        text, usage, luce = ask(c, follow(reply1), max_tokens=8)   # the same request again (a retry)
+        assert text == reply2 and luce["restored"] is None
+        assert usage.prompt_tokens_details.cached_tokens == usage.prompt_tokens - 1
+    assert not any("ignored" in line for line in s.stderr)
+
+
+def test_a_restored_hybrid_context_cuts_back_to_its_end_without_recomputing_it(tmp_path, hybrid_model):
+    """A loaded context has no turn checkpoint of its own; restore() takes one at its end, so an edit
+    or retry of the turn after it recomputes only what follows the file, as on the live engine."""
+    model = le.Model(hybrid_model, device="cpu", n_threads=1)
+    tok = model.tokenizer
+    saved = tok.encode("word " * 100, parse_special=False)
+    more = tok.encode(" and then a few more words", parse_special=False)
+    live = le.Engine(model, n_ctx=512)
+    live.prefill(saved)
+    live.checkpoint()   # the turn boundary, as the chat core takes it
+    log: list[str] = []
+    assert ServerStates(tmp_path, live, budget_gib=1.0, report=log.append).save() == 1
+
+    eng = le.Engine(model, n_ctx=512)
+    states = ServerStates(tmp_path, eng, budget_gib=1.0, report=log.append)
+    assert states.restore(saved[:50], 0) is None   # only part of the file: the state cannot be cut back
+    assert states.restore(saved, 0) is None        # all of the prompt: nothing left to evaluate after it
+    assert eng.tokens == []
+    assert states.restore(saved + more, 0).n_tokens == len(saved) and eng.tokens == saved
+    greedy = le.Sampling(temperature=0)
+    replies = []
+    for e in (live, eng):
+        e.prefill(more)
+        e.checkpoint()
+        replayed = e.stats()["n_replayed_tokens"]
+        e.truncate(len(saved) + 2)   # a retry of the turn after the file
+        assert e.stats()["n_replayed_tokens"] - replayed == 2
+        replies.append([t for r in e.generate(more[2:], sampling=greedy, max_tokens=6) for t in r.tokens])
+    assert replies[0] == replies[1] and not log

@@ -108,7 +108,9 @@ class ServerStates(SessionStates):
         best, best_n = None, live
         for sid, tokens in self.tokens.items():
             n = state_files.common_prefix(tokens, prompt)
-            if n > best_n and (not hybrid or n == len(tokens)):
+            # hybrid: the whole file, and short of the whole prompt (the turn keeps one prompt token
+            # to evaluate, and cutting back below the loaded end would recompute everything)
+            if n > best_n and (not hybrid or n == len(tokens) < len(prompt)):
                 best, best_n = sid, n
         if best is None:
             return None
