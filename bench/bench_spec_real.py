@@ -143,6 +143,11 @@ def run(args) -> dict:
             print(f"{m} T={temp}: " + json.dumps({x: v for x, v in r.items() if x != "per_category"}), flush=True)
     if "chain" in result["modes"]:
         result["temperatures"] = result["modes"]["chain"]["temperatures"]   # the layout before tree modes
+    # how the target's steps ran: whole CUDA graphs replayed, our kernels, graphs rebuilt
+    st = eng.stats()
+    result["target_engine"] = {x: st[x] for x in ("n_graph_builds", "n_graph_reuses", "n_small_batch_evals",
+                                                  "n_step_graph_replays")}
+    print("target engine: " + json.dumps(result["target_engine"]), flush=True)
     return result
 
 

@@ -69,13 +69,13 @@ def test_replayed_verifies_equal_the_pieces_bit_for_bit(q4k_hybrid):
 
 @pytest.fixture(scope="module")
 def q4_0_dense(tmp_path_factory):
-    # Q4_0 (as SmolLM2's Q4_1 file): no matmul for luce's kernels, so ggml's scheduler runs every step
+    # Q4_0 (as SmolLM2's Q4_1 file): no matmul for luce's kernels, its verifies are captured all the same
     path = write_tiny_gguf(tmp_path_factory.mktemp("sg") / "q4_0.gguf",
                            TinyConfig(arch="llama", n_vocab=256, head_dim=32, weight_type="q4_0", seed=42))
     return Model(path, device=DEVICE, n_threads=THREADS)
 
 
-def test_a_dense_model_without_kernel_matmuls_is_left_to_ggml(q4_0_dense):
+def test_a_dense_model_without_kernel_matmuls_replays_its_verifies_bit_for_bit(q4_0_dense):
     (graphs, g_stats), (plain, p_stats) = verify_cycles(q4_0_dense, True), verify_cycles(q4_0_dense, False)
     for a, b in zip(graphs, plain):
         np.testing.assert_array_equal(a, b)
@@ -85,5 +85,8 @@ def test_a_dense_model_without_kernel_matmuls_is_left_to_ggml(q4_0_dense):
         np.testing.assert_array_equal(a, b)
     assert tokens == plain_tokens
     assert p_stats["n_step_graph_replays"] == 0
-    assert g_stats["n_step_graph_replays"] == d_stats["n_step_graph_replays"] == 0
-    assert g_stats["n_small_batch_evals"] == d_stats["n_small_batch_evals"] == 0
+    if ON_CUDA:
+        assert g_stats["n_step_graph_replays"] >= 4   # verifies; a decode step keeps ggml's own graphs
+        assert d_stats["n_small_batch_evals"] == d_stats["n_step_graph_replays"] == 0
+    else:
+        assert g_stats["n_step_graph_replays"] == d_stats["n_step_graph_replays"] == 0

@@ -176,7 +176,7 @@ public:
         if (input) ggml_backend_sched_set_tensor_backend(sched, input, backend_);
     }
 
-    bool prepare(ggml_backend_sched_t sched, ggml_cgraph * gf) override {
+    bool prepare(ggml_backend_sched_t sched, ggml_cgraph * gf, bool capture_alone) override {
         pieces_.clear();
         n_replaced_ = 0;
         drop_step_graph();
@@ -197,9 +197,10 @@ public:
             if (pieces_.empty() || pieces_.back().ours != ours) pieces_.push_back({i, i, ours, -1});
             pieces_.back().end = i + 1;
         }
-        // Without a matmul of ours the scheduler keeps the graph: capturing such a verify whole (SmolLM2's
-        // Q4_1) did not make it faster on the H200 (3.4 ms a 16-token verify either way, 2026-12-06).
-        if (n_replaced_ == 0) return false;
+        // Without a matmul of ours a batch is still worth taking when it can be captured: ggml's own
+        // CUDA graphs stop at batches over one token, so a dense verify (SmolLM2's Q4_1, F16) would
+        // otherwise pay every launch of every step.
+        if (n_replaced_ == 0 && !(capture_alone && step_graphs_ && ggml_stream_ && !check_)) return false;
         std::vector<std::pair<int, int>> ranges;
         for (Piece & p : pieces_) {
             if (p.ours) continue;

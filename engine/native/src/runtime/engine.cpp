@@ -150,7 +150,7 @@ ForwardGraph & Engine::select_graph(const GraphShape & shape, bool piecewise) {
                                             small_batch_->place_input(runner_->sched(), t);
                                         }
                                     });
-    if (built) graph_piecewise_ = piecewise && small_batch_->prepare(runner_->sched(), graph_.graph->gf);
+    if (built) graph_piecewise_ = piecewise && small_batch_->prepare(runner_->sched(), graph_.graph->gf, shape.n_tokens > 1);
     (built ? stats_.n_graph_builds : stats_.n_graph_reuses)++;
     return *graph_.graph;
 }

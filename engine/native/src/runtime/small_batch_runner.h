@@ -43,8 +43,10 @@ public:
     // is one split without input copies).
     virtual void place_input(ggml_backend_sched_t sched, ggml_tensor * input) = 0;
     // After allocation: true when gf can be computed piecewise (one split, on this device, with at
-    // least one matmul for our kernels); compute() then runs it. False leaves gf to the scheduler.
-    virtual bool prepare(ggml_backend_sched_t sched, ggml_cgraph * gf) = 0;
+    // least one matmul for our kernels, or none when capture_alone and the step graphs capture it);
+    // compute() then runs it. False leaves gf to the scheduler. capture_alone is for batches over
+    // one token, which ggml's own CUDA graphs leave uncaptured (a single token keeps them).
+    virtual bool prepare(ggml_backend_sched_t sched, ggml_cgraph * gf, bool capture_alone = false) = 0;
     // Computes the prepared graph and waits for it.
     virtual ggml_status compute(ggml_cgraph * gf) = 0;
     // How the last compute() ran: in pieces, captured as one CUDA graph, or replayed from it.
