@@ -33,6 +33,7 @@
             std::exit(2);                                                                         \
         }                                                                                         \
     } while (0)
+#include "bench_timing.cuh"   // after CHECK
 
 namespace {
 
@@ -193,34 +194,6 @@ double full_diff(const std::vector<float> & a, const std::vector<float> & b, siz
     return scale > 0 ? diff / scale : diff;
 }
 
-float median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-// ms per call of f(copy), rotating over the copies; median of `reps` rounds of all copies
-template <class F>
-float time_calls(int copies, int reps, F && f) {
-    cudaEvent_t a, b;
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&b));
-    for (int c = 0; c < copies; ++c) f(c);   // warm-up
-    CHECK(cudaDeviceSynchronize());
-    std::vector<float> ms;
-    for (int r = 0; r < reps; ++r) {
-        CHECK(cudaEventRecord(a));
-        for (int c = 0; c < copies; ++c) f(c);
-        CHECK(cudaEventRecord(b));
-        CHECK(cudaEventSynchronize(b));
-        float t = 0;
-        CHECK(cudaEventElapsedTime(&t, a, b));
-        ms.push_back(t / float(copies));
-    }
-    CHECK(cudaGetLastError());
-    CHECK(cudaEventDestroy(a));
-    CHECK(cudaEventDestroy(b));
-    return median(ms);
-}
 
 // the read ceiling: 16-byte loads, 4 in flight a thread, folded so they are not removed
 __global__ void read_all(const uint4 * __restrict__ p, size_t n, uint32_t * out) {

@@ -36,6 +36,7 @@
             std::exit(1);                                                                         \
         }                                                                                         \
     } while (0)
+#include "bench_timing.cuh"   // after CHECK
 
 namespace {
 
@@ -90,34 +91,6 @@ std::vector<uint8_t> random_weights(const Shape & s, std::mt19937 & rng) {
     return w;
 }
 
-float median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-// ms per call of f(copy), rotating over the copies, median of `reps` rounds of all copies
-template <class F>
-float time_calls(int copies, int reps, F && f) {
-    cudaEvent_t a, b;
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&b));
-    for (int c = 0; c < copies; ++c) f(c);   // warm-up
-    CHECK(cudaDeviceSynchronize());
-    std::vector<float> ms;
-    for (int r = 0; r < reps; ++r) {
-        CHECK(cudaEventRecord(a));
-        for (int c = 0; c < copies; ++c) f(c);
-        CHECK(cudaEventRecord(b));
-        CHECK(cudaEventSynchronize(b));
-        float t = 0;
-        CHECK(cudaEventElapsedTime(&t, a, b));
-        ms.push_back(t / float(copies));
-    }
-    CHECK(cudaGetLastError());
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return median(ms);
-}
 
 double rel_diff(const std::vector<float> & a, const std::vector<float> & ref) {
     double d = 0, m = 0;
