@@ -24,7 +24,7 @@ def short(name: str) -> str:
     return name[:60]
 
 
-def profile(label: str, fn, steps: int):
+def profile(label: str, fn, steps: int, engine=None):
     import torch
     from torch.profiler import ProfilerActivity, profile as tprofile
 
@@ -51,6 +51,10 @@ def profile(label: str, fn, steps: int):
           f"{n_kernels:.0f} kernels/step")
     for name, ms in sorted(totals.items(), key=lambda kv: -kv[1])[:18]:
         print(f"  {ms:8.3f} ms  {counts[name] / steps:6.0f}x  {name}")
+    if engine is not None:   # whether the steps ran as one captured CUDA graph (cumulative counts)
+        st = engine.stats()
+        print("  engine: " + ", ".join(f"{k} {st.get(k, 0)}" for k in (
+            "n_graph_builds", "n_graph_reuses", "n_small_batch_evals", "n_step_graph_replays")))
 
 
 def main() -> int:
@@ -74,7 +78,7 @@ def main() -> int:
         if eng.n_past > 1500:
             eng.truncate(64)
 
-    profile("decode (1 token)", decode, args.steps)
+    profile("decode (1 token)", decode, args.steps, eng)
     for n in sizes:
         batch = list(range(2000, 2000 + n))
 
@@ -85,7 +89,7 @@ def main() -> int:
             if eng.n_past > 1500:
                 eng.truncate(64)
 
-        profile(f"verify {n} + commit", verify, args.steps)
+        profile(f"verify {n} + commit", verify, args.steps, eng)
     if args.draft:
         draft = DraftModel(args.draft, model)
         import numpy as np

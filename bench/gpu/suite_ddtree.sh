@@ -20,8 +20,12 @@ export PYTHONUNBUFFERED=1
 SMOLLM2=${SMOLLM2:-$(python3 -c 'from luce_engine import default_model_path; print(default_model_path())')}
 status=0
 # llama_cpp before pytest's plugins: on the GPU image its CUDA load crashes when imported after them
-# (DDTREE_TESTS=0: the bench alone, when the `exact` suite of the same run has the tests)
-if [ "${DDTREE_TESTS:-1}" != 0 ]; then
+# (DDTREE_TESTS=0: the bench alone, when the `exact` suite of the same run has the tests;
+# DDTREE_TESTS=shipped: only tests/test_tree_shipped_draft.py, which `exact` does not run)
+if [ "${DDTREE_TESTS:-1}" = shipped ]; then   # the exact suite has the others: only the shipped draft's tree test
+LUCE_TEST_DEVICE=cuda:0 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-s', '-p', 'no:cacheprovider',
+    'tests/test_tree_shipped_draft.py']))" 2>&1 | tee "$OUT/ddtree_tests_cuda.txt" || status=1
+elif [ "${DDTREE_TESTS:-1}" != 0 ]; then
 LUCE_TEST_DEVICE=cuda:0 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-s', '-p', 'no:cacheprovider',
     'tests/test_ddtree.py', 'tests/test_tree_verify.py', 'tests/test_tree_speculative.py', 'tests/test_tree_shipped_draft.py']))" 2>&1 | tee "$OUT/ddtree_tests_cuda.txt" || status=1
 else
