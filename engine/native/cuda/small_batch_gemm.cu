@@ -218,8 +218,6 @@ SmallGemmGeometry valid_geometry(const SmallGemm & g, SmallGemmGeometry geo) {
 
 } // namespace
 
-bool small_gemm_supports(int ggml_type) { return small_gemm_step_bytes(ggml_type) != 0; }
-
 size_t small_gemm_step_bytes(int ggml_type) {
     switch (ggml_type) {
         case kTypeQ4K: return kQ4KBytes;

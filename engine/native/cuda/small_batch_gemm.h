@@ -22,7 +22,7 @@ constexpr int kSmallGemmMaxCols = 32;
 
 // Weight types these kernels take (ggml_type values).
 constexpr int kTypeQ80 = 8, kTypeQ4K = 12, kTypeQ6K = 14;
-bool small_gemm_supports(int ggml_type);
+constexpr bool small_gemm_supports(int ggml_type) { return ggml_type == kTypeQ80 || ggml_type == kTypeQ4K || ggml_type == kTypeQ6K; }
 // Bytes of one row's 256 values in that type (0 for a type the kernels do not take).
 size_t small_gemm_step_bytes(int ggml_type);
 

@@ -369,8 +369,10 @@ uint64_t draft_compute_bytes_estimate(const DraftModel & d, int n_ctx_draft) {
     const uint64_t inject_ring = f32 * n * (2 * Nf * E + 3 * E + 5 * KV);
     const uint64_t draft = f32 * (B * (8 * E + 5 * Q + 5 * KV + 3 * F) + n_kv * B * (2 * Hq + 2) + n_kv * KV + 3 * V * B);
     const uint64_t top_k = f32 * 3 * V * B + 4 * f32 * LUCE_MAX_STEP_TOKENS * B + 4096;   // + the [1, B] rows, padding
-    // on a GPU, the small-batch kernels' scratch of the block's and the injection's runner
-    const uint64_t kernels = device_is_cpu(d.dev) ? 0 : 2 * small_batch_scratch_bound(int64_t(std::max({Nf * E, F, E, Q})));
+    // on a GPU, the small-batch kernels' scratch of the block's and the injection's runner, held only
+    // once they take a matmul (the LM head may be the target's)
+    const bool takes = small_batch_kernels_may_take(d.output) || small_batch_kernels_may_take_any(d.ctx);
+    const uint64_t kernels = device_is_cpu(d.dev) || !takes ? 0 : 2 * small_batch_scratch_bound(int64_t(std::max({Nf * E, F, E, Q})));
     return inject + inject_ring + draft + top_k + small_inputs + f32 * V + kernels;
 }
 

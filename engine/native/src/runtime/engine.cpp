@@ -73,7 +73,7 @@ void Engine::reserve_worst_case() {
         compute += ggml_gallocr_get_buffer_size(path_move_alloc_, 0);
     }
     // measured now, plus what the small-batch kernels may hold
-    plan_.compute = compute + (small_batch_ ? small_batch_scratch_bound(matmul_width(m_.hp)) : 0);
+    plan_.compute = compute + (small_batch_ && small_batch_kernels_may_take_any(m_.ctx) ? small_batch_scratch_bound(matmul_width(m_.hp)) : 0);
     update_plan_totals(plan_, runner_->on_cpu());
 }
 

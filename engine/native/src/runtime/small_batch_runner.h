@@ -33,6 +33,19 @@ inline size_t small_batch_scratch_bound(int64_t k_max) {
     return cuda::small_gemm_scratch_bytes(k_max, kSmallBatchMaxTokens);
 }
 
+// Whether the kernels could take a matmul with weight w (its type and row length): a model or draft
+// without such a weight never replaces a matmul, so its runner allocates no scratch.
+inline bool small_batch_kernels_may_take(const ggml_tensor * w) {
+    return w && ggml_n_dims(w) == 2 && cuda::small_gemm_supports(int(w->type)) && w->ne[0] % 256 == 0;
+}
+// The same for any weight of a context of weight tensors (a model's or a draft's headers).
+inline bool small_batch_kernels_may_take_any(ggml_context * weights) {
+    for (ggml_tensor * t = ggml_get_first_tensor(weights); t; t = ggml_get_next_tensor(weights, t)) {
+        if (small_batch_kernels_may_take(t)) return true;
+    }
+    return false;
+}
+
 class SmallBatchRunner {
 public:
     virtual ~SmallBatchRunner() = default;
