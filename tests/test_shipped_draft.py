@@ -3,9 +3,10 @@ tools/dflash_train/): its file, its target check, and exactness with real accept
 prompts of its corpus (tools/dflash_train/corpus.py, never trained on).
 
 Greedy: 20 held-out prompts × 128 tokens, speculative equals plain greedy token for token; the only
-divergence accepted is a numerical near-tie (top two target logits within NEAR_TIE relative where the
-outputs part: 1e-4 on the CPU; on a GPU the verify's batch shape runs other matmul kernels, and
-the documented batch-shape bound of reference.py, 3e-2, applies), reported, at most one per 2,000 tokens. Sampling: the first three tokens over 400
+divergence accepted is a numerical near-tie (reference.check_greedy_divergence): on the CPU top two
+target logits within 1e-4 relative, at most one per 2,000 tokens; on a GPU, where a verify batch runs
+other kernels than a one-token step (SmolLM2's rows differ by up to 14% of the largest logit), a
+divergence that a verify batch of the target itself reproduces at that position, reported. Sampling: the first three tokens over 400
 seeds at T = 0.7, speculative vs plain (different seeds), pass a two-sample chi-square test."""
 from __future__ import annotations
 
@@ -15,14 +16,13 @@ import subprocess
 import sys
 
 import gguf
-import numpy as np
 import pytest
 
 from luce_engine import DraftMismatchError, DraftModel, Engine, Model, Sampling, default_model_path
 from luce_engine.default_draft import (SHIPPED_TARGET_NAME, DEFAULT_ON, device_class, resolve_draft,
                                        shipped_draft_path)
 from luce_engine.speculative import ChainSpeculator
-from reference import DEVICE, KQUANT_GPU_BATCH_SHAPE_RTOL, THREADS
+from reference import DEVICE, THREADS, check_greedy_divergence
 from tools.dflash_train.corpus import CATEGORIES, heldout_prompts
 from tools.dflash_train.prompt_ids import PromptEncoder
 from tools.tiny_dflash import TinyDraftConfig, write_tiny_dflash
@@ -110,12 +110,6 @@ def _prompts(encoder, n):
     return [encoder.encode(p.messages()) for p in picked]
 
 
-# On a GPU a verify batch and a decode step take different quantized-matmul kernels (ggml's MMQ and
-# MMVQ for this Q4_1 model): the documented batch-shape bound (reference.py), where the H200 run of
-# 2026-12-03 saw a flip at a top-2 margin of 1.13e-2.
-NEAR_TIE = 1e-4 if DEVICE == "cpu" else KQUANT_GPU_BATCH_SHAPE_RTOL
-
-
 def test_greedy_speculative_equals_plain_on_real_prompts(model, draft, encoder):
     near_ties, total, accepted, steps = [], 0, 0, 0
     for k, p in enumerate(_prompts(encoder, N_PROMPTS)):
@@ -131,15 +125,10 @@ def test_greedy_speculative_equals_plain_on_real_prompts(model, draft, encoder):
         accepted += spec.stats.n_accepted
         steps += spec.stats.n_steps
         assert len(got) == len(plain) == N_TOKENS and len(drafted) == N_TOKENS
-        if got != plain:
-            j = next(i for i in range(N_TOKENS) if got[i] != plain[i])
-            ref = Engine(model, n_ctx=512)
-            ref.prefill(p + plain[:j])
-            top2 = np.sort(ref.logits())[-2:]
-            margin = (top2[1] - top2[0]) / abs(top2[1])
-            assert margin <= NEAR_TIE, f"prompt {k}: diverged at token {j} with a clear margin {margin:.3g}"
-            near_ties.append((k, j, float(margin)))
-    assert len(near_ties) <= max(0, total // 2000), near_ties
+        flip = check_greedy_divergence(model, p, got, plain, rows=draft.block_size)
+        if flip:
+            near_ties.append((k, *flip))
+    assert DEVICE != "cpu" or len(near_ties) <= max(0, total // 2000), near_ties
     if near_ties:
         print(f"near-ties (prompt, token, margin): {near_ties}")
     print(f"real acceptance: {accepted} drafts accepted over {steps} steps, AL {total / steps:.2f}")

@@ -15,7 +15,7 @@ import pytest
 from luce_engine import Engine, Model, Sampling
 from luce_engine.ddtree import build_tree
 from luce_engine.spec_auto import CHAIN, PLAIN, AdaptiveSpeculator, FixedCosts
-from reference import DEVICE, THREADS
+from reference import DEVICE, THREADS, TINY_WEIGHTS
 from test_speculative import assert_greedy_matches, prompt
 from test_tree_speculative import B, V, OracleTreeDrafter, RandomTreeDrafter, truth_prefix_in_tree
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
@@ -69,7 +69,8 @@ class Scheduled(AdaptiveSpeculator):
 
 @pytest.fixture(scope="module", params=["llama", "qwen3"])
 def dense(request, tmp_path_factory):
-    cfg = TinyConfig(arch=request.param, n_vocab=V, head_dim=32, seed=21)
+    # TINY_WEIGHTS: q8_0 on a GPU, whose F32 batch matmuls round apart from a one-token step's (TF32)
+    cfg = TinyConfig(arch=request.param, n_vocab=V, head_dim=32, seed=21, weight_type=TINY_WEIGHTS)
     return Model(write_tiny_gguf(tmp_path_factory.mktemp("sa") / f"{request.param}.gguf", cfg), device=DEVICE,
                  n_threads=THREADS)
 
@@ -86,6 +87,14 @@ def run(model, p, n, *, drafter=None, sampling=Sampling(), costs=None, cls=Adapt
     return toks, spec, eng
 
 
+def same_as_plain(model, p, got, plain) -> bool:
+    """got is plain greedy's output, or, where a batch shape rounds a near-tie apart (a GPU), equal
+    up to that reported near-tie (assert_greedy_matches): then False, and the checks of what the
+    modes accept on plain's continuation do not apply to this other continuation."""
+    assert_greedy_matches(model, p, got, plain)
+    return got == plain
+
+
 def plain_truth(model, p, n=N, sampling=Sampling()):
     plain, _, _ = run(model, p, n, sampling=sampling)
     return plain, {len(p) + i: t for i, t in enumerate(plain)}
@@ -98,9 +107,8 @@ def test_greedy_equals_plain_for_high_zero_and_random_acceptance(dense, costs):
     drafters = [Oracle(truth, 0, ratio=0.1), Oracle(truth, 1), Oracle(truth, 0, missing_from=1), RandomTreeDrafter(3)]
     for drafter in drafters:
         got, spec, eng = run(dense, p, N, drafter=drafter, costs=costs)
-        assert_greedy_matches(dense, p, got, plain)
-        assert got == plain and eng.tokens == p + plain
-        assert spec.stats.n_emitted == len(got)
+        same_as_plain(dense, p, got, plain)
+        assert eng.tokens == p + got and spec.stats.n_emitted == len(got)
 
 
 def test_a_forced_schedule_of_every_switch_stays_exact(dense):
@@ -108,7 +116,8 @@ def test_a_forced_schedule_of_every_switch_stays_exact(dense):
     plain, truth = plain_truth(dense, p)
     for drafter in (Oracle(truth, 0), Oracle(truth, 2), RandomTreeDrafter(5)):
         got, spec, eng = run(dense, p, N, drafter=drafter, cls=Scheduled)
-        assert got == plain and eng.tokens == p + plain
+        same_as_plain(dense, p, got, plain)
+        assert eng.tokens == p + got
         assert set(spec.mode_steps) == {PLAIN, CHAIN, "tree4", "tree8", "tree16"}
 
 
@@ -130,11 +139,16 @@ def test_eos_and_max_tokens_at_the_exact_token_across_switches(dense):
     for cls, costs in [(Scheduled, None), (AdaptiveSpeculator, CHEAP), (AdaptiveSpeculator, DEAR)]:
         for n in (1, 2, 5, 11, 23):
             got, _, eng = run(dense, p, n, drafter=Oracle(truth, 1), cls=cls, costs=costs)
-            assert got == plain[:n] and eng.n_past == len(p) + n
+            same_as_plain(dense, p, got, plain[:n])
+            assert len(got) == n and eng.n_past == len(p) + n
         for stop_at in (3, 9, 17):
-            got, _, _ = run(dense, p, 40, drafter=Oracle(truth, 0), cls=cls, costs=costs, stop_ids=[plain[stop_at]])
-            first = plain.index(plain[stop_at])
-            assert got == plain[:first + 1]
+            stop = plain[stop_at]
+            got, _, _ = run(dense, p, 40, drafter=Oracle(truth, 0), cls=cls, costs=costs, stop_ids=[stop])
+            first = plain.index(stop)
+            if same_as_plain(dense, p, got[:first + 1], plain[:first + 1]):
+                assert len(got) == first + 1
+            else:   # another continuation after a near-tie: it ends at its own first stop id
+                assert (stop in got and got.index(stop) == len(got) - 1) or len(got) == 40
 
 
 def test_high_acceptance_with_cheap_verifies_settles_on_speculation(dense):
@@ -142,7 +156,9 @@ def test_high_acceptance_with_cheap_verifies_settles_on_speculation(dense):
     plain, truth = plain_truth(dense, p)
     # the truth at rank 0 everywhere: every mode accepts the whole depth, the chain is cheapest
     got, spec, _ = run(dense, p, N, drafter=Oracle(truth, 0, ratio=0.1), costs=CHEAP)
-    assert got == plain and spec.mode_steps[PLAIN] == 0 and spec.stats.acceptance_length > 6
+    if not same_as_plain(dense, p, got, plain):
+        return
+    assert spec.mode_steps[PLAIN] == 0 and spec.stats.acceptance_length > 6
     assert spec.last_mode == CHAIN and spec.describe() == f"auto: chain of {B - 1}"
     # the truth at rank 1 (3): the chain accepts nothing, trees of budget >= 8 (16) accept the most;
     # at equal costs the smaller such tree wins
@@ -150,7 +166,8 @@ def test_high_acceptance_with_cheap_verifies_settles_on_speculation(dense):
         modes = []
         got, spec, _ = run(dense, p, N, drafter=Oracle(truth, rank), costs=CHEAP,
                            on_step=lambda s, r, c: modes.append(s.last_mode))
-        assert got == plain
+        if not same_as_plain(dense, p, got, plain):
+            continue
         assert set(modes[3:]) == {best}, modes
         assert spec.acceptance[best] == max(spec.acceptance.values()) > spec.acceptance[CHAIN] == 0
         assert f"tree budget {spec.budgets[best]}" in spec.describe()
@@ -160,13 +177,14 @@ def test_zero_acceptance_settles_on_plain_with_rare_probes(dense):
     p = prompt(24, 5)
     plain, truth = plain_truth(dense, p, 200)
     got, spec, _ = run(dense, p, 200, drafter=Oracle(truth, 0, missing_from=1), costs=CHEAP)
-    assert got == plain
+    same_as_plain(dense, p, got, plain)
     spec_steps = spec.stats.n_steps - spec.mode_steps[PLAIN]
     assert spec.mode_steps[PLAIN] >= 190 and 1 <= spec.n_probes <= 4 and spec_steps <= 1 + spec.n_probes
     assert all(a == 0 for a in spec.acceptance.values())
     # where speculation costs more than it can gain, probes are further apart (<= 2% of the time)
     got, spec, _ = run(dense, p, 200, drafter=Oracle(truth, 0, missing_from=1), costs=DEAR)
-    assert got == plain and spec.n_probes <= 1
+    same_as_plain(dense, p, got, plain)
+    assert spec.n_probes <= 1
 
 
 def test_a_change_of_content_switches_modes_mid_reply(dense):
@@ -177,7 +195,8 @@ def test_a_change_of_content_switches_modes_mid_reply(dense):
     modes = []
     got, spec, _ = run(dense, p, 200, drafter=ChangingOracle(truth, len(p) + 60), costs=CHEAP,
                        on_step=lambda s, r, c: modes.append((c, s.last_mode)))
-    assert got == plain
+    if not same_as_plain(dense, p, got, plain):
+        return
     assert all(m != PLAIN for c, m in modes if c < len(p) + 50)
     assert sum(m == PLAIN for c, m in modes if c > len(p) + 80) > 80
 
@@ -191,7 +210,8 @@ def test_a_change_of_content_switches_modes_mid_reply(dense):
     modes.clear()
     got, spec, _ = run(dense, p, 200, drafter=Improving(truth, 0, ratio=0.1), costs=CHEAP,
                        on_step=lambda s, r, c: modes.append((c, s.last_mode)))
-    assert got == plain
+    if not same_as_plain(dense, p, got, plain):
+        return
     assert modes[-1][1] != PLAIN and spec.mode_steps[PLAIN] > 20
 
 
@@ -206,7 +226,8 @@ def test_counterfactual_counts_are_what_each_mode_would_accept(dense):
     accepted = {}
     got, spec, _ = run(dense, p, N, drafter=drafter, cls=Scheduled,
                        on_step=lambda s, r, c: accepted.__setitem__((c, s.last_mode), r.n_accepted))
-    assert got == plain
+    if not same_as_plain(dense, p, got, plain):
+        return
     seen = set()
     for c, mode, n in spec.resolved:
         x0 = truth[c]
@@ -246,7 +267,7 @@ def test_measured_costs_calibrate_each_tree_shape_at_most_once(dense):
     for _ in range(3):   # three replies on one engine
         eng.truncate(0)
         got = [t for r in eng.generate(p, max_tokens=N, stop_token_ids=(), speculator=spec) for t in r.tokens]
-        assert got == plain
+        same_as_plain(dense, p, got, plain)
     assert spec.n_calibrations <= len(BUDGETS)
     assert set(spec.costs.verify) >= {(CHAIN, B)} and spec.costs.plain > 0
     assert spec.describe().startswith("auto: ")
@@ -266,4 +287,5 @@ def test_calibration_verifies_change_nothing(dense):
     p = prompt(24, 10)
     plain, truth = plain_truth(dense, p)
     got, spec, eng = run(dense, p, N, drafter=Oracle(truth, 1), cls=Calibrating)
-    assert got == plain and eng.tokens == p + plain and spec.n_calibrations >= len(BUDGETS) * 10
+    same_as_plain(dense, p, got, plain)
+    assert eng.tokens == p + got and spec.n_calibrations >= len(BUDGETS) * 10

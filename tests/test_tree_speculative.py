@@ -13,7 +13,7 @@ import pytest
 
 from luce_engine import Engine, Model, Sampling
 from luce_engine.tree_speculative import TreeSpeculator
-from reference import DEVICE, THREADS
+from reference import DEVICE, THREADS, TINY_WEIGHTS
 from test_speculative import assert_greedy_matches, chi_square, prompt
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
@@ -63,7 +63,8 @@ class RandomTreeDrafter(OracleTreeDrafter):
 def dense(request, tmp_path_factory):
     """A dense target, or the hybrid qwen35 (its engines are made with tree_verify)."""
     extra = {"n_layer": 4} if request.param == "qwen35" else {}
-    cfg = TinyConfig(arch=request.param, n_vocab=V, head_dim=32, seed=21, **extra)
+    # TINY_WEIGHTS: q8_0 on a GPU, whose F32 batch matmuls round apart from a one-token step's (TF32)
+    cfg = TinyConfig(arch=request.param, n_vocab=V, head_dim=32, seed=21, weight_type=TINY_WEIGHTS, **extra)
     return Model(write_tiny_gguf(tmp_path_factory.mktemp("ts") / f"{request.param}.gguf", cfg), device=DEVICE,
                  n_threads=THREADS)
 
@@ -227,11 +228,16 @@ def test_eos_and_max_tokens_inside_a_tree_path(dense):
     truth = {len(p) + i: t for i, t in enumerate(plain)}
     for n in (1, 5, 11):
         got, _, _, eng = run(dense, p, n, drafter=OracleTreeDrafter(truth, 1))
-        assert got == plain[:n] and eng.n_past == len(p) + n
-    stop_at = 9
-    got, _, _, eng = run(dense, p, 40, drafter=OracleTreeDrafter(truth, 1), stop_ids=[plain[stop_at]])
-    first = plain.index(plain[stop_at])
-    assert got[:first] == plain[:first] and len(got) == first + 1
+        assert_greedy_matches(dense, p, got, plain[:n])
+        assert len(got) == n and eng.n_past == len(p) + n
+    stop = plain[9]
+    got, _, _, eng = run(dense, p, 40, drafter=OracleTreeDrafter(truth, 1), stop_ids=[stop])
+    first = plain.index(stop)
+    assert_greedy_matches(dense, p, got[:first + 1], plain[:first + 1])
+    if got[:first + 1] == plain[:first + 1]:
+        assert len(got) == first + 1
+    else:   # another continuation after a reported near-tie: it ends at its own first stop id
+        assert (stop in got and got.index(stop) == len(got) - 1) or len(got) == 40
 
 
 def test_bad_settings_and_hybrid_targets(dense, tmp_path):

@@ -10,6 +10,9 @@ with plain decoding's top-2 gap there:
   step      Engine.step, one token at a time (plain decoding)
   verify    Engine.verify of `rows` tokens, then commit (the chain's path)
   prefill   Engine.prefill(logits_all) of `rows` tokens (ggml's batch kernels without our verify)
+  llama.cpp llama-cpp-python on the same file and device (--no-llama-cpp skips it): its batches of
+            `rows` against its one-token evals, the same measure: whether ggml's kernels alone part
+            batch rows from steps as far as ours
 Rounding by batch shape shows as differences of ~1e-3 in both batched rows alike; a verify that
 differs from the same-size prefill points at our verify path.
 """
@@ -22,6 +25,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+try:   # before luce_engine: on the GPU image llama.cpp's CUDA load is safest done first (see bench/gpu/run.sh)
+    import llama_cpp  # noqa: F401
+except ImportError:
+    pass
 import luce_engine  # noqa: E402
 from luce_engine import Engine, Model  # noqa: E402
 from tools.dflash_train.corpus import heldout_prompts  # noqa: E402
@@ -44,6 +51,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--no-llama-cpp", dest="llama_cpp", action="store_false", help="skip llama.cpp's own batch-vs-step rows")
     args = ap.parse_args()
     path = args.model or luce_engine.default_model_path()
     model = Model(path, device=args.device)
@@ -76,6 +84,34 @@ def main() -> None:
             print(f"  {prompt.category:6s} {name:8s} max {max(diffs):.2e} median {np.median(diffs):.2e}; "
                   f"argmax flips {len(flips)}" + "".join(f" [row {i}, step gap {g:.2e}]" for i, g in flips[:4]))
         print(f"  {prompt.category:6s} verify vs prefill: max {max(rel(a, b) for a, b in zip(batched['verify'], batched['prefill'])):.2e}")
+        if args.llama_cpp:
+            llama_cpp_batch_vs_step(path, args.device, ids, tokens, args.rows, prompt.category)
+
+
+def llama_cpp_batch_vs_step(path: str, device: str, ids: list[int], tokens: list[int], rows: int, label: str) -> None:
+    """llama.cpp's own rows for the same continuation: one-token evals against batches of `rows`."""
+    import llama_cpp
+
+    def fresh():
+        return llama_cpp.Llama(model_path=path, n_ctx=1024, n_batch=512, n_ubatch=512, logits_all=True, flash_attn=True,
+                               n_gpu_layers=0 if device == "cpu" else -1, verbose=False, seed=0)
+
+    step = fresh()
+    step.eval(ids)
+    for t in tokens[:-1]:
+        step.eval([t])
+    n0 = len(ids)
+    step_rows = np.array(step.scores[n0 - 1:n0 + len(tokens) - 1], dtype=np.float32)   # predicts tokens[i]
+    del step
+    batch = fresh()
+    batch.eval(ids)
+    for s in range(0, len(tokens) - 1, rows):
+        batch.eval(tokens[s:min(s + rows, len(tokens) - 1)])
+    batch_rows = np.array(batch.scores[n0:n0 + len(tokens) - 1], dtype=np.float32)      # predicts tokens[i + 1]
+    diffs = [rel(b, step_rows[i + 1]) for i, b in enumerate(batch_rows)]
+    flips = [(i, gap(step_rows[i + 1])) for i, b in enumerate(batch_rows) if np.argmax(b) != np.argmax(step_rows[i + 1])]
+    print(f"  {label:6s} llama.cpp max {max(diffs):.2e} median {np.median(diffs):.2e}; argmax flips {len(flips)}"
+          + "".join(f" [row {i}, step gap {g:.2e}]" for i, g in flips[:4]))
 
 
 if __name__ == "__main__":

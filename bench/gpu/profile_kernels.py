@@ -96,6 +96,9 @@ def main() -> int:
         feats = np.zeros((64, len(draft.capture_layers) * model.n_embd), np.float32)
         draft.inject(feats, 0)
         profile("draft pass", lambda: draft.draft(1000, 64), args.steps)
+        for k in (4, 16):   # a tree's candidates: the top-k graph on the draft's device, k x 15 values back
+            profile(f"draft pass + top-{k} candidates",
+                    lambda k=k: (draft.draft(1000, 64), draft.top_candidates(k, 1.0, draft.block_size - 1)), args.steps)
     return 0
 
 
