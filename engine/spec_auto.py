@@ -154,10 +154,12 @@ class _Shape:
     @classmethod
     def of_tree(cls, tree: Tree) -> "_Shape":
         n = len(tree)
+        children: list[dict[int, int]] = [{} for _ in range(n)]
         first = [n] * n
-        for p, i in zip(reversed(tree.parents), range(n - 1, 0, -1)):   # the lowest child is written last
-            first[p] = i
-        return cls(tree.children(), first)
+        for p, t, i in zip(reversed(tree.parents), reversed(tree.tokens), range(n - 1, 0, -1)):
+            children[p][t] = i
+            first[p] = i   # downwards: the lowest child is written last
+        return cls(children, first)
 
     @classmethod
     def of_chain(cls, drafts: list[int]) -> "_Shape":
