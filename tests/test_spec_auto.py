@@ -418,17 +418,22 @@ class ScheduledReference(ReferenceAuto):
 # trees within 10% of the chain or better, plain dear: choices move with the acceptance
 CLOSE = FixedCosts(plain=9.0, draft={"chain": 2.0, "candidates": 2.5},
                    verify={(CHAIN, B): 10.0, ("tree", 5): 8.0, ("tree", 9): 9.5, ("tree", 17): 11.0})
+# trees far dearer than the chain: a chain step takes candidates one step in CAND_EVERY only
+FAR = FixedCosts(plain=9.0, draft={"chain": 2.0, "candidates": 2.5},
+                 verify={(CHAIN, B): 3.0, ("tree", 5): 30.0, ("tree", 9): 30.0, ("tree", 17): 30.0})
 
 
 @pytest.mark.parametrize("boost", [0.0, 2.5, 6.0])
 def test_auto_makes_the_choices_and_trees_of_the_straightforward_bookkeeping(dense, boost):
     """Step for step the same modes, the same trees (nodes and order) and the same emitted tokens as
     ReferenceAuto, and in the end the same counterfactual counts and acceptance estimates, with fixed
-    costs (choices then depend on the acceptance alone) and with a forced schedule (every switch,
-    chain steps with and without candidates); replies end short of the block (max_tokens) too."""
+    costs (choices then depend on the acceptance alone; measured ones would differ between the two
+    runs) and with a forced schedule (every switch; chain steps with and without candidates); the
+    replies end short of the block (max_tokens) too."""
     p = prompt(24, 11)
     plain, truth = plain_truth(dense, p)
-    for cls, ref_cls, costs in [(AdaptiveSpeculator, ReferenceAuto, CLOSE), (Scheduled, ScheduledReference, None)]:
+    for cls, ref_cls, costs in [(AdaptiveSpeculator, ReferenceAuto, CLOSE), (Scheduled, ScheduledReference, CLOSE),
+                                (Scheduled, ScheduledReference, FAR)]:
         seen = {}
         for c_ in (cls, ref_cls):
             steps = []
@@ -445,6 +450,8 @@ def test_auto_makes_the_choices_and_trees_of_the_straightforward_bookkeeping(den
         # the draft is asked for the largest budget's candidates where every budget's tree is recorded,
         # for the step's own budget only where nothing is recorded (the reply's last, shorter steps)
         assert max(BUDGETS) in new[4] and set(new[4]) <= {1, *BUDGETS}
+        if costs is FAR:   # some chain steps drafted without candidates
+            assert len(new[4]) < sum(m != PLAIN for _, m, _, _ in new[0])
 
 
 def test_predictions_are_predict_per_mode(dense):
