@@ -342,7 +342,8 @@ def build_tree_us(args) -> dict:
     budgets = [int(b) for b in args.budgets.split(",")]
     out = {}
     for b in budgets:
-        calls = [(int(tokens[P + j]), ct[j, :, :b], cl[j, :, :b]) for tokens, P, ct, cl in data for j in range(ct.shape[0])]
+        calls = [(int(tokens[P + j]), ct[j, :, :b], cl[j, :, :b])
+                 for tokens, P, ct, cl in data for j in range(ct.shape[0])]
         ts = []
         for _ in range(args.repeats):
             t0 = time.perf_counter()
@@ -357,7 +358,7 @@ def callgrind_ir(args, only: str, rounds: int) -> tuple[int, int]:
     """(instructions, steps) of a run of `only` under callgrind."""
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
            "--data", str(args.data), "--budgets", args.budgets, "--only", only, "--rounds", str(rounds)]
-    env = dict(os.environ, PYTHONHASHSEED="0")
+    env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1")   # OpenMP spinning: counts vary
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     ir = next(int(line.split()[-1].replace(",", "")) for line in p.stderr.splitlines() if "Collected" in line)
     steps = next(int(line.split()[-1]) for line in p.stdout.splitlines() if line.startswith("steps"))
@@ -365,7 +366,7 @@ def callgrind_ir(args, only: str, rounds: int) -> tuple[int, int]:
 
 
 def per_step_ir(args, only: str) -> float:
-    ir1, s1 = callgrind_ir(args, only, 1 if only != "build_tree" else 1)
+    ir1, s1 = callgrind_ir(args, only, 1)
     ir2, s2 = callgrind_ir(args, only, 1 + args.cg_rounds)
     return (ir2 - ir1) / (s2 - s1)
 
@@ -391,9 +392,11 @@ def main() -> int:
     first = args.budgets.split(",")[0]
     modes = ["chain", f"tree{first}", "auto", "auto*"]
     res = replay(args, modes)
-    print(f"\nPython per step on a fake engine ({args.data.name}; budgets {args.budgets}; median of {args.repeats} passes)")
+    print(f"\nPython per step on a fake engine ({args.data.name}; budgets {args.budgets}; "
+          f"median of {args.repeats} passes)")
     print(f"  {'mode':<8} {'steps/pass':>10} {'µs/step':>9} {'Ir/step':>10}  digest")
-    base = res[f"tree{first}"][0]
+    tree = f"tree{first}"
+    base = res[tree][0]
     for mode in modes:
         us, steps, dig, _, _ = res[mode]
         ir = f"{per_step_ir(args, mode):10.0f}" if args.callgrind else f"{'-':>10}"
@@ -401,11 +404,12 @@ def main() -> int:
     for auto in ("auto", "auto*"):
         by_mode = res[auto][3]
         total = sum(n for n, _ in by_mode.values())
-        print(f"  {auto}'s steps by mode: " + ", ".join(f"{m} {n / total:.0%} ({s * 1e6 / n:.1f} µs)" for m, (n, s)
-                                                       in sorted(by_mode.items(), key=lambda kv: -kv[1][0])))
-        print(f"    {auto} - tree{first}: {res[auto][0] - base:+.1f} µs/step; {auto}'s tree{first} steps - "
-              f"tree{first}'s: {by_mode.get(f'tree{first}', [1, 0.0])[1] * 1e6 / by_mode.get(f'tree{first}', [1])[0] - base:+.1f} µs"
-              f"; top-k sizes asked: {res[auto][4]}")
+        shares = sorted(by_mode.items(), key=lambda kv: -kv[1][0])
+        parts = [f"{m} {n / total:.0%} ({s * 1e6 / n:.1f} µs)" for m, (n, s) in shares]
+        print(f"  {auto}'s steps by mode: " + ", ".join(parts))
+        n, s = by_mode.get(tree, (1, 0.0))
+        print(f"    {auto} - {tree}: {res[auto][0] - base:+.1f} µs/step; {auto}'s {tree} steps - {tree}'s: "
+              f"{s * 1e6 / n - base:+.1f} µs; top-k sizes asked: {res[auto][4]}")
     bt = build_tree_us(args)
     line = ", ".join(f"budget {b}: {us:.1f} µs" for b, us in bt.items())
     print(f"build_tree per call on the recorded candidates: {line}")
