@@ -11,14 +11,16 @@ Two phases:
            candidates and cost no time, so what is timed is the speculators' Python only. A fake
            clock stands in for time.perf_counter inside the engine modules: each fake engine / draft
            call advances it by an H200-like cost (SIM_MS), so auto measures those costs and its choices
-           are deterministic (mostly tree 4, as on the H200 of 2026-12-06).
+           are deterministic: "auto" takes tree 4 on about half its steps and plain on the rest,
+           "auto*" (plain and verifies of more than 5 rows dearer) tree 4 on every step, as auto
+           did on the H200 of 2026-12-06.
 
 Output: µs per step (time.perf_counter, the median of --repeats passes over all prompts; auto also by
-the mode each step took), and with
---callgrind the instructions per step counted by `valgrind --tool=callgrind` (deterministic: two
-runs of 1 and 1 + --cg-rounds passes, their difference divided by the extra steps). A digest of every
-step's mode, tree (tokens, parents) and auto's acceptance estimates tells whether two builds made
-the same choices and trees.
+the mode each step took), and with --callgrind the instructions per step counted by `valgrind
+--tool=callgrind` (deterministic with OMP_NUM_THREADS=1: two runs of 1 and 1 + --cg-rounds passes
+after the first, their difference divided by the extra steps). A digest of every step's mode, tree
+(tokens, parents) and auto's acceptance estimates tells whether two builds made the same choices
+and trees. The recorded data goes to bench/results/ (not committed); a later run reuses it.
 
     python bench/bench_auto_overhead.py [--record] [--callgrind] [--threads 2] [--budgets 4,8,16,32]
 """
