@@ -30,10 +30,15 @@ class Tree:
 
     def children(self) -> list[dict[int, int]]:
         """Per node: child token -> child node."""
-        out: list[dict[int, int]] = [{} for _ in self.tokens]
-        for i in range(1, len(self.tokens)):
-            out[self.parents[i]][self.tokens[i]] = i
+        tokens, parents = self.tokens, self.parents
+        out: list[dict[int, int]] = [{} for _ in tokens]
+        for i in range(1, len(tokens)):
+            out[parents[i]][tokens[i]] = i
         return out
+
+    def prefix(self, n: int) -> "Tree":
+        """Its first n nodes (parents come before children, so they form a tree)."""
+        return Tree(self.tokens[:n], self.parents[:n], self.depths[:n], self.scores[:n])
 
     def path(self, node: int) -> list[int]:
         """Nodes from the root to `node`."""
@@ -72,7 +77,11 @@ def top_candidates(logits: np.ndarray, k: int, temperature: float = 1.0) -> tupl
 def build_tree(root: int, tokens: np.ndarray, logp: np.ndarray, budget: int, *, max_depth: int | None = None) -> Tree:
     """Best-first expansion over rank tuples [DDT Alg. 1]: up to `budget` nodes besides the root,
     at depth <= max_depth (default: the rows given). Exactly the `budget` highest-scoring prefixes
-    (ties in any order). budget 0 or max_depth 0 gives the root alone."""
+    (ties in any order). budget 0 or max_depth 0 gives the root alone.
+
+    The expansion pops the same nodes in the same order whatever the budget (the budget only says
+    where it stops), so a tree of budget b is the first b + 1 nodes of any larger budget's tree
+    built from the same candidates (Tree.prefix)."""
     tokens, logp = np.asarray(tokens), np.asarray(logp, dtype=np.float64)
     if tokens.shape != logp.shape or tokens.ndim != 2:
         raise ValueError("tokens and logp must both be [depths, k]")
@@ -80,27 +89,42 @@ def build_tree(root: int, tokens: np.ndarray, logp: np.ndarray, budget: int, *, 
         raise ValueError("budget must be >= 0")
     L, K = tokens.shape
     L = L if max_depth is None else max(0, min(L, max_depth))
-    tree = Tree([int(root)], [-1], [0], [0.0])
-    # heap entry: (-score, tie-break counter, parent node, depth, rank)
-    heap: list[tuple[float, int, int, int, int]] = []
+    if L == 0 or K == 0 or budget == 0:
+        return Tree([int(root)], [-1], [0], [0.0])
+    # A node of rank r at depth d comes after its r better siblings and d - 1 ancestors, so `budget`
+    # pops never reach rank >= budget or depth > budget: those candidates are never read (leaving
+    # them out drops only pushes that are never popped; the pop order stays).
+    L, K = min(L, budget), min(K, budget)
+    # Flat memoryviews, entry (d - 1) * K + r: indexing one gives a Python scalar, several times
+    # cheaper than numpy's indexing, and unlike tolist() nothing is converted that is never read.
+    tok = memoryview(np.ascontiguousarray(tokens[:L, :K], dtype=np.int64)).cast("B").cast("q")
+    lp = memoryview(np.ascontiguousarray(logp[:L, :K])).cast("B").cast("d")
+    return _best_first(int(root), tok, lp, budget, L, K)
+
+
+def _best_first(root: int, tokens: memoryview, logp: memoryview, budget: int, L: int, K: int) -> Tree:
+    """build_tree's expansion over L x K candidates, flat: depth d, rank r at (d - 1) * K + r."""
+    toks, parents, depths, scores = [root], [-1], [0], [0.0]
+    push, pop = heapq.heappush, heapq.heappop
+    # heap entry: (-score, tie-break counter, parent node, depth, flat index of the candidate)
+    heap: list[tuple[float, int, int, int, int]] = [(-logp[0], 0, 0, 1, 0)]
     count = 0
-    if L > 0 and K > 0 and budget > 0:
-        heap.append((-logp[0, 0], count, 0, 1, 0))
-    while heap and len(tree) - 1 < budget:
-        neg, _, parent, d, r = heapq.heappop(heap)
+    for node in range(1, budget + 1):
+        if not heap:
+            break
+        neg, _, parent, d, i = pop(heap)
         score = -neg
-        node = len(tree)
-        tree.tokens.append(int(tokens[d - 1, r]))
-        tree.parents.append(parent)
-        tree.depths.append(d)
-        tree.scores.append(score)
-        if r + 1 < K:   # the next sibling: same parent, next rank
+        toks.append(tokens[i])
+        parents.append(parent)
+        depths.append(d)
+        scores.append(score)
+        if (i + 1) % K:   # the next sibling (same parent, next rank) while the row has one
             count += 1
-            heapq.heappush(heap, (-(score - logp[d - 1, r] + logp[d - 1, r + 1]), count, parent, d, r + 1))
-        if d < L:       # the first child: the best candidate one deeper
+            push(heap, (-(score - logp[i] + logp[i + 1]), count, parent, d, i + 1))
+        if d < L:         # the first child: the best candidate one deeper
             count += 1
-            heapq.heappush(heap, (-(score + logp[d, 0]), count, node, d + 1, 0))
-    return tree
+            push(heap, (-(score + logp[d * K]), count, node, d + 1, d * K))
+    return Tree(toks, parents, depths, scores)
 
 
 def chain_tree(root: int, drafts: list[int]) -> Tree:

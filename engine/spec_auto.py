@@ -42,6 +42,8 @@ import collections
 import math
 import time
 
+import numpy as np
+
 from luce_engine.ddtree import Tree, build_tree, chain_tree
 from luce_engine.sampling import Sampling
 from luce_engine.speculative import ChainSpeculator, Drafter
@@ -57,6 +59,14 @@ PROBE_GAP0, PROBE_GAP_MAX = 16, 1024
 PROBE_CONTEXT = 256      # a probe feeds the draft at most this many of the positions decoded plainly
 CAND_EVERY = 8           # a chain step computes candidates one step in this many while trees lose
 TREE_NEAR = 1.1          # ... and every step while the best tree is predicted within 10% of the chain
+TRUTH_KEEP = 1024        # the known continuation is pruned when it holds more positions than this
+
+
+def _per_token(draft: float | None, verify: float | None, inject_row: float, acc: float | None) -> float | None:
+    """ms per emitted token of a speculative step (None: a part not known yet)."""
+    if acc is None or draft is None or verify is None:
+        return None
+    return (draft + verify + inject_row * (1 + acc)) / (1 + acc)
 
 
 class StepCosts:
@@ -131,14 +141,49 @@ class FixedCosts(StepCosts):
     def observe_verify(self, kind, rows, ms, *, calibration=False): pass
 
 
+class _Shape:
+    """A tree as the counterfactual walks read it: per node its children (token -> node) and its
+    first child (the lowest-numbered; len(tree) for a leaf). The first `size` nodes of the tree are
+    a tree too (a smaller budget's, Tree.prefix): node i has a child in it iff first[i] < size."""
+
+    __slots__ = ("children", "first")
+
+    def __init__(self, children: list[dict[int, int]], first: list[int]):
+        self.children, self.first = children, first
+
+    @classmethod
+    def of_tree(cls, tree: Tree) -> "_Shape":
+        n = len(tree)
+        children: list[dict[int, int]] = [{} for _ in range(n)]
+        first = [n] * n
+        for p, t, i in zip(reversed(tree.parents), reversed(tree.tokens), range(n - 1, 0, -1)):
+            children[p][t] = i
+            first[p] = i   # downwards: the lowest child is written last
+        return cls(children, first)
+
+    @classmethod
+    def of_chain(cls, drafts: list[int]) -> "_Shape":
+        """chain_tree(x0, drafts)'s shape, without the tree."""
+        n = len(drafts) + 1
+        return cls([{t: i} for i, t in enumerate(drafts, 1)] + [{}], list(range(1, n + 1)))
+
+
 class _Record:
-    """What each mode would have drafted at the step whose x0 sat at position c."""
+    """What each mode would have drafted at the step whose x0 sat at position c: mode -> (shape,
+    size), the mode's tree being the shape's first `size` nodes. Every tree mode shares one shape
+    (the largest budget's tree, of which the others are prefixes); the chain (its drafts) has its own."""
 
-    __slots__ = ("c", "trees")
+    __slots__ = ("c", "pending")
 
-    def __init__(self, c: int, trees: dict[str, Tree]):
+    def __init__(self, c: int, drafts: list[int] | None, tree: Tree | None, sizes: dict[str, int]):
         self.c = c
-        self.trees = {m: (t, t.children()) for m, t in trees.items()}
+        self.pending: dict[str, tuple[_Shape, int]] = {}
+        if drafts is not None:
+            self.pending[CHAIN] = (_Shape.of_chain(drafts), len(drafts) + 1)
+        if tree is not None:
+            shape = _Shape.of_tree(tree)
+            for m, size in sizes.items():
+                self.pending[m] = (shape, size)
 
 
 class AdaptiveSpeculator(ChainSpeculator):
@@ -159,6 +204,9 @@ class AdaptiveSpeculator(ChainSpeculator):
         self.temperature = temperature
         self.costs = costs if costs is not None else StepCosts()
         self._chain_kind = "chain" if hasattr(drafter, "draft") else "candidates"
+        # per speculative mode, its (draft kind, verify kind, rows): fixed for this speculator
+        self._mode_keys = [(m, self._chain_kind if m == CHAIN else "candidates", self._kind(m), self._rows(m))
+                           for m in self.modes if m != PLAIN]
         self.acceptance: dict[str, float] = {}     # mode -> EMA of accepted drafts per step
         self.n_samples: collections.Counter = collections.Counter()   # mode -> acceptance counts seen
         self.resolved: collections.deque = collections.deque(maxlen=256)   # (c, mode, count), the latest
@@ -231,11 +279,17 @@ class AdaptiveSpeculator(ChainSpeculator):
         """Predicted ms per emitted token (None: not known yet)."""
         if mode == PLAIN:
             return self.costs.plain
-        acc, draft = self.acceptance.get(mode), self._draft_ms(mode)
         verify = self.costs.verify_ms(self._kind(mode), self._rows(mode)) if verify_ms is None else verify_ms
-        if acc is None or draft is None or verify is None:
-            return None
-        return (draft + verify + self.costs.inject_row * (1 + acc)) / (1 + acc)
+        return _per_token(self._draft_ms(mode), verify, self.costs.inject_row, self.acceptance.get(mode))
+
+    def predictions(self) -> dict[str, float | None]:
+        """predict() of every mode, in self.modes' order (one pass: this runs every step)."""
+        costs, acc, inject = self.costs, self.acceptance, self.costs.inject_row
+        draft = {kind: costs.draft_ms(kind) for kind in {self._chain_kind, "candidates"}}
+        out = {PLAIN: costs.plain}
+        for m, draft_kind, kind, rows in self._mode_keys:
+            out[m] = _per_token(draft[draft_kind], costs.verify_ms(kind, rows), inject, acc.get(m))
+        return out
 
     def choose(self) -> tuple[str, bool]:
         """This step's mode and whether it is a probe (a speculative step while plain is ahead)."""
@@ -248,7 +302,7 @@ class AdaptiveSpeculator(ChainSpeculator):
             return CHAIN, False
         if costs.plain is None or self.mode_steps[PLAIN] < warm:
             return PLAIN, False
-        pred = {m: self.predict(m) for m in self.modes}
+        pred = self.predictions()
         known = [v for v in pred.values() if v is not None]
         best_known = min(known)
         for m in self.budgets:   # calibrate a tree's verify only when a lower bound says it could win
@@ -279,8 +333,9 @@ class AdaptiveSpeculator(ChainSpeculator):
             return False
         if mode != CHAIN or explore:
             return True
-        chain = self.predict(CHAIN)
-        trees = [v for v in (self.predict(m) for m in self.budgets) if v is not None]
+        pred = self.predictions()
+        chain = pred[CHAIN]
+        trees = [pred[m] for m in self.budgets if pred[m] is not None]
         near = chain is None or not trees or min(trees) <= TREE_NEAR * chain
         return near or self._since_candidates >= CAND_EVERY
 
@@ -333,7 +388,7 @@ class AdaptiveSpeculator(ChainSpeculator):
         room = eng.n_ctx - c - 1   # every tree node takes a cache row
         budget = min(self.budgets.get(mode, 0), room)
         t0 = time.perf_counter()
-        tree = Tree([x0], [-1], [0], [0.0])
+        tree = None   # nothing drafted: the root alone
         if n_depth > 0 and (mode == CHAIN or budget > 0):
             if probe:   # the positions decoded plainly, fed to the draft up to a bound (the rest it never sees)
                 self._injected = max(self._injected, c - PROBE_CONTEXT)
@@ -344,24 +399,19 @@ class AdaptiveSpeculator(ChainSpeculator):
             full = n_depth == self.max_draft
             if self._chain_kind == "candidates" or self._want_candidates(mode, explore):
                 # the one place the draft's top-k is taken (draft_candidates)
-                k = max(self.budgets.values(), default=1)
-                toks, lp = draft_candidates(self.drafter, x0, c, n_depth, k, self.temperature)
+                tree = self._candidates_step(mode, x0, c, n_depth, room, full)
                 self.costs.observe_draft("candidates", (time.perf_counter() - t_inj) * 1e3)
                 self._since_candidates = 0
-                trees = {CHAIN: chain_tree(x0, [int(t) for t in toks[:n_depth, 0]])}
-                for m, b in self.budgets.items():
-                    trees[m] = build_tree(x0, toks[:, :b], lp[:, :b], min(b, room), max_depth=n_depth)
-                tree = trees[mode]
-                if full:
-                    self._records.append(_Record(c, trees))
             else:
                 self._since_candidates += 1
                 drafts = [int(t) for t in self.drafter.draft(x0, c)[:n_depth]]
                 self.costs.observe_draft("chain", (time.perf_counter() - t_inj) * 1e3)
                 tree = chain_tree(x0, drafts)
                 if full:
-                    self._records.append(_Record(c, {CHAIN: tree}))
+                    self._records.append(_Record(c, drafts, None, {}))
         t1 = time.perf_counter()
+        if tree is None:
+            tree = Tree([x0], [-1], [0], [0.0])
         as_chain = mode == CHAIN or len(tree) == 1
         path, bonus = verify_walk_commit(self, tree, sampling, native, stop_ids, x0, c, as_chain)
         t2 = time.perf_counter()
@@ -380,6 +430,24 @@ class AdaptiveSpeculator(ChainSpeculator):
         return StepResult(tokens, [False] + [True] * accepted, n_drafted=len(tree) - 1, n_accepted=accepted,
                           decode_ms=(t2 - t1) * 1e3)
 
+    def _candidates_step(self, mode: str, x0: int, c: int, n_depth: int, room: int, full: bool) -> Tree:
+        """The draft's top-k candidates and this step's tree from them; on a full-depth step also the
+        record of what every mode would have drafted. Every budget's tree is a prefix of the largest
+        one's (build_tree), so one tree is built; and the draft is asked for as many candidates per
+        depth as the largest tree needed reads (a tree of budget b reads ranks < b only)."""
+        sizes = {m: min(b, room) + 1 for m, b in self.budgets.items()}
+        if full:
+            need = list(sizes)   # the tree modes whose trees are wanted
+        else:
+            need = [] if mode == CHAIN else [mode]
+        k = max((self.budgets[m] for m in need), default=1)
+        toks, lp = draft_candidates(self.drafter, x0, c, n_depth, k, self.temperature)
+        drafts = np.asarray(toks)[:n_depth, 0].tolist()   # the chain: the rank-0 candidates
+        tree = build_tree(x0, toks, lp, max(sizes[m] for m in need) - 1, max_depth=n_depth) if need else None
+        if full:
+            self._records.append(_Record(c, drafts, tree, sizes))
+        return chain_tree(x0, drafts) if mode == CHAIN else tree.prefix(sizes[mode])
+
     _walk = TreeSpeculator._walk   # the target's choice at each node picks the child (a chain: the next draft)
 
     # -- counterfactual acceptance ----------------------------------------------------------------
@@ -392,30 +460,49 @@ class AdaptiveSpeculator(ChainSpeculator):
         acceptance count at that step."""
         keep = []
         for rec in self._records:
-            for m in list(rec.trees):
-                n = self._matched(rec.c, *rec.trees[m])
+            pending, walks = rec.pending, {}
+            for m, (shape, size) in list(pending.items()):
+                if shape not in walks:   # one walk of a shape serves every mode that shares it
+                    walks[shape] = self._walk_known(rec.c, shape)
+                n = _depth_within(*walks[shape], shape.first, size)
                 if n is not None:
                     old = self.acceptance.get(m)
                     self.acceptance[m] = n if old is None else old + ACC_ALPHA * (n - old)
                     self.n_samples[m] += 1
                     self.resolved.append((rec.c, m, n))
-                    del rec.trees[m]
-            if rec.trees:
+                    del pending[m]
+            if pending:
                 keep.append(rec)
         self._records = keep
-        low = min((r.c for r in keep), default=self.engine.n_past)
-        for pos in [p for p in self._truth if p < low]:
-            del self._truth[pos]
+        # positions before the oldest record are never read again: drop them now and then
+        if len(self._truth) > TRUTH_KEEP:
+            low = min((r.c for r in keep), default=self.engine.n_past)
+            for pos in [p for p in self._truth if p < low]:
+                del self._truth[pos]
 
-    def _matched(self, c: int, tree: Tree, children) -> int | None:
-        """Depth of the deepest node on the known continuation after c (None: not known far enough)."""
-        node, depth = 0, 0
-        while children[node]:
-            t = self._truth.get(c + depth + 1)
+    def _walk_known(self, c: int, shape: _Shape) -> tuple[list[int], bool]:
+        """The shape's nodes on the known continuation after c (root first), and whether the walk
+        stopped for want of the next token (True) rather than at a node without its child."""
+        children, truth = shape.children, self._truth
+        path = [0]
+        while children[path[-1]]:
+            t = truth.get(c + len(path))
             if t is None:
-                return None
-            nxt = children[node].get(t)
+                return path, True
+            nxt = children[path[-1]].get(t)
             if nxt is None:
-                return depth
-            node, depth = nxt, depth + 1
-        return depth
+                break
+            path.append(nxt)
+        return path, False
+
+
+def _depth_within(path: list[int], unknown: bool, first: list[int], size: int) -> int | None:
+    """What a walk of the tree of the first `size` nodes gives, from the walk of the whole shape:
+    the depth of the deepest node on the continuation (None: not known far enough). Nodes along a
+    path increase, so the path's nodes in that tree are a prefix of it."""
+    depth = 0
+    while depth + 1 < len(path) and path[depth + 1] < size:
+        depth += 1
+    if depth + 1 == len(path) and unknown and first[path[depth]] < size:
+        return None   # the walk ended wanting the next token where this tree goes on
+    return depth

@@ -114,3 +114,81 @@ def test_bad_arguments():
         build_tree(0, tokens, logp[:1], 3)
     with pytest.raises(ValueError):
         top_candidates(np.zeros((2, 5)), 0)
+
+
+def reference_build_tree(root, tokens, logp, budget, max_depth=None):
+    """The plain best-first expansion (numpy indexing, every sibling and child pushed): what
+    build_tree computes, written without its shortcuts."""
+    import heapq
+
+    from luce_engine.ddtree import Tree
+
+    tokens, logp = np.asarray(tokens), np.asarray(logp, dtype=np.float64)
+    L, K = tokens.shape
+    L = L if max_depth is None else max(0, min(L, max_depth))
+    tree = Tree([int(root)], [-1], [0], [0.0])
+    heap, count = [], 0
+    if L > 0 and K > 0 and budget > 0:
+        heap.append((-logp[0, 0], count, 0, 1, 0))
+    while heap and len(tree) - 1 < budget:
+        neg, _, parent, d, r = heapq.heappop(heap)
+        score = -neg
+        node = len(tree)
+        tree.tokens.append(int(tokens[d - 1, r]))
+        tree.parents.append(parent)
+        tree.depths.append(d)
+        tree.scores.append(score)
+        if r + 1 < K:
+            count += 1
+            heapq.heappush(heap, (-(score - logp[d - 1, r] + logp[d - 1, r + 1]), count, parent, d, r + 1))
+        if d < L:
+            count += 1
+            heapq.heappush(heap, (-(score + logp[d, 0]), count, node, d + 1, 0))
+    return tree
+
+
+def candidates_with_ties(rng, L, K, V=60):
+    """Top-K candidates of random logits rounded to a coarse grid: many equal log-probabilities, within
+    a row and across rows, so equal scores are common and the tie-break order is exercised."""
+    logits = np.round(rng.normal(size=(L, V)) * 2.0) / 2.0
+    return top_candidates(logits, K)
+
+
+@pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
+def test_build_tree_equals_the_plain_expansion_node_for_node(ties):
+    """Same nodes in the same order (tokens, parents, depths, scores to the bit) as the plain
+    best-first expansion, on random distributions, with and without equal scores, for every budget
+    and depth limit and for inputs of other dtypes and layouts."""
+    rng = np.random.default_rng(17 + ties)
+    make = candidates_with_ties if ties else random_candidates
+    for _ in range(60):
+        L, K = int(rng.integers(1, 16)), int(rng.integers(1, 40))
+        tokens, logp = make(rng, L, K)
+        for budget in (0, 1, 2, 4, 5, 8, 16, 22, 32, 64):
+            for max_depth in (None, int(rng.integers(0, L + 2))):
+                got = build_tree(3, tokens, logp, budget, max_depth=max_depth)
+                want = reference_build_tree(3, tokens, logp, budget, max_depth)
+                assert (got.tokens, got.parents, got.depths, got.scores) == \
+                       (want.tokens, want.parents, want.depths, want.scores), (L, K, budget, max_depth)
+    # int32 tokens, float32 log-probs, column slices (not contiguous)
+    tokens, logp = make(rng, 6, 12)
+    got = build_tree(1, tokens.astype(np.int32)[:, :7], logp.astype(np.float32)[:, :7], 9)
+    want = reference_build_tree(1, tokens[:, :7], logp.astype(np.float32).astype(np.float64)[:, :7], 9)
+    assert (got.tokens, got.parents, got.scores) == (want.tokens, want.parents, want.scores)
+
+
+@pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
+def test_a_smaller_budget_is_a_prefix_of_a_larger_ones_tree(ties):
+    """What auto relies on to build one tree for all its budgets: the tree of budget b from the top-b
+    candidates is the first b + 1 nodes of the tree of budget B >= b from the top-B (Tree.prefix)."""
+    rng = np.random.default_rng(29 + ties)
+    make = candidates_with_ties if ties else random_candidates
+    for _ in range(60):
+        L, B = int(rng.integers(1, 16)), int(rng.choice([4, 8, 16, 32]))
+        tokens, logp = make(rng, L, B)
+        big = build_tree(5, tokens, logp, B, max_depth=L)
+        for b in range(0, B + 1):
+            small = reference_build_tree(5, tokens[:, :b], logp[:, :b], b, L)
+            pre = big.prefix(b + 1)
+            assert (pre.tokens, pre.parents, pre.depths, pre.scores) == \
+                   (small.tokens, small.parents, small.depths, small.scores), (L, B, b)

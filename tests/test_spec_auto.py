@@ -8,14 +8,17 @@ does not, and its counterfactual acceptance counts are what each mode accepts wh
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from luce_engine import Engine, Model, Sampling
-from luce_engine.ddtree import build_tree
-from luce_engine.spec_auto import CHAIN, PLAIN, AdaptiveSpeculator, FixedCosts
+from luce_engine.ddtree import build_tree, chain_tree, top_candidates
+from luce_engine.spec_auto import CHAIN, PLAIN, AdaptiveSpeculator, FixedCosts, _depth_within, _Record
+from luce_engine.tree_speculative import draft_candidates
 from reference import DEVICE, THREADS, TINY_WEIGHTS
+from test_ddtree import reference_build_tree
 from test_speculative import assert_greedy_matches, prompt
 from test_tree_speculative import B, V, OracleTreeDrafter, RandomTreeDrafter, truth_prefix_in_tree
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
@@ -289,3 +292,198 @@ def test_calibration_verifies_change_nothing(dense):
     got, spec, eng = run(dense, p, N, drafter=Oracle(truth, 1), cls=Calibrating)
     same_as_plain(dense, p, got, plain)
     assert eng.tokens == p + got and spec.n_calibrations >= len(BUDGETS) * 10
+
+
+# -- auto's bookkeeping against straightforward reference implementations ----------------------------
+
+
+def reference_matched(tree, truth, c):
+    """A walk of `tree` from its root along the known continuation after c: the depth of the deepest
+    node on it (None: not known far enough)."""
+    children = tree.children()
+    node, depth = 0, 0
+    while children[node]:
+        t = truth.get(c + depth + 1)
+        if t is None:
+            return None
+        nxt = children[node].get(t)
+        if nxt is None:
+            return depth
+        node, depth = nxt, depth + 1
+    return depth
+
+
+def test_one_walk_of_the_shared_tree_gives_each_budgets_count():
+    """A record keeps one tree for every budget (the largest; the others are its prefixes) and walks
+    it once: each budget's count equals a walk of that budget's own tree (built on its own from its
+    top-b candidates), on random candidates and continuations that follow the tree for a while,
+    then leave it or stop (not known yet)."""
+    rng = np.random.default_rng(3)
+    budgets = {"tree4": 4, "tree8": 8, "tree16": 16, "tree32": 32}
+    n_none = n_deep = 0
+    for case in range(300):
+        L, c = int(rng.integers(1, 16)), 100
+        logits = rng.normal(size=(L, 80)) * (0.5 + 3 * rng.random())
+        toks, lp = top_candidates(logits, 32)
+        x0 = 7
+        room = int(rng.choice([L, 6, 40]))
+        sizes = {m: min(b, room) + 1 for m, b in budgets.items()}
+        big = build_tree(x0, toks, lp, max(sizes.values()) - 1, max_depth=L)
+        drafts = toks[:, 0].tolist()
+        rec = _Record(c, drafts, big, sizes)
+        # a continuation along a random path of the big tree, then off it, or unknown from there
+        truth, node, depth = {c: x0}, 0, 0
+        children = big.children()
+        while children[node] and rng.random() < 0.8:
+            node = int(rng.choice(list(children[node].values())))
+            depth += 1
+            truth[c + depth] = big.tokens[node]
+        if rng.random() < 0.5:
+            truth[c + depth + 1] = 79   # not a candidate token: the walk stops here
+        walker = SimpleNamespace(_truth=truth)
+        walks = {}
+        for m, (shape, size) in rec.pending.items():
+            if shape not in walks:
+                walks[shape] = AdaptiveSpeculator._walk_known(walker, c, shape)
+            got = _depth_within(*walks[shape], shape.first, size)
+            if m == CHAIN:
+                want = reference_matched(chain_tree(x0, drafts), truth, c)
+            else:
+                b = min(budgets[m], room)
+                want = reference_matched(reference_build_tree(x0, toks[:, :budgets[m]], lp[:, :budgets[m]], b, L),
+                                         truth, c)
+            assert got == want, (case, m)
+            n_none += got is None
+            n_deep += bool(got and got >= 2)
+    assert n_none > 50 and n_deep > 50   # both outcomes well covered
+
+
+class TopKOracle:
+    """A drafter whose candidates are a true top-k (the first b of its top-k are its top-b, as for
+    DraftModel): fixed random logits per position, the target's continuation raised by `boost`."""
+
+    capture_layers = ()
+    block_size = B
+
+    def __init__(self, truth, boost, seed=0):
+        self.truth, self.boost, self.seed = truth, boost, seed
+        self.k_asked = []
+
+    def reset(self):
+        pass
+
+    def _logits(self, pos0):
+        logits = np.random.default_rng((self.seed, pos0)).normal(size=(B - 1, V)) * 2.0
+        for d in range(1, B):
+            if pos0 + d in self.truth:
+                logits[d - 1, self.truth[pos0 + d]] += self.boost
+        return logits
+
+    def draft_candidates(self, x0, pos0, k):
+        self.k_asked.append(k)
+        return top_candidates(self._logits(pos0), k)
+
+    def draft(self, x0, pos0):
+        return self._logits(pos0).argmax(axis=1).tolist()
+
+
+class ReferenceAuto(AdaptiveSpeculator):
+    """auto's bookkeeping the straightforward way: predict() per mode; every budget's tree built on
+    its own from its top-b candidates (the draft asked for the largest budget's k); each record's
+    trees walked from the root at every step."""
+
+    def predictions(self):
+        return {m: self.predict(m) for m in self.modes}
+
+    def _candidates_step(self, mode, x0, c, n_depth, room, full):
+        k = max(self.budgets.values(), default=1)
+        toks, lp = draft_candidates(self.drafter, x0, c, n_depth, k, self.temperature)
+        trees = {CHAIN: chain_tree(x0, [int(t) for t in toks[:n_depth, 0]])}
+        for m, b in self.budgets.items():
+            trees[m] = reference_build_tree(x0, toks[:, :b], lp[:, :b], min(b, room), n_depth)
+        if full:
+            self._records.append(SimpleNamespace(c=c, trees=dict(trees)))
+        return trees[mode]
+
+    def _resolve(self):
+        keep = []
+        for rec in self._records:
+            if isinstance(rec, _Record):   # a chain step without candidates: its drafts, as a tree
+                shape, _ = rec.pending[CHAIN]
+                drafts = [next(iter(ch)) for ch in shape.children[:-1]]
+                rec = SimpleNamespace(c=rec.c, trees={CHAIN: chain_tree(self._truth[rec.c], drafts)})
+            for m in list(rec.trees):
+                n = reference_matched(rec.trees[m], self._truth, rec.c)
+                if n is not None:
+                    old = self.acceptance.get(m)
+                    self.acceptance[m] = n if old is None else old + 0.2 * (n - old)
+                    self.n_samples[m] += 1
+                    self.resolved.append((rec.c, m, n))
+                    del rec.trees[m]
+            if rec.trees:
+                keep.append(rec)
+        self._records = keep
+
+
+class ScheduledReference(ReferenceAuto):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._cycle = itertools.cycle([m for m in Scheduled.schedule if m in self.modes])
+
+    def choose(self):
+        return next(self._cycle), False
+
+
+# trees within 10% of the chain or better, plain dear: choices move with the acceptance
+CLOSE = FixedCosts(plain=9.0, draft={"chain": 2.0, "candidates": 2.5},
+                   verify={(CHAIN, B): 10.0, ("tree", 5): 8.0, ("tree", 9): 9.5, ("tree", 17): 11.0})
+# trees far dearer than the chain: a chain step takes candidates one step in CAND_EVERY only
+FAR = FixedCosts(plain=9.0, draft={"chain": 2.0, "candidates": 2.5},
+                 verify={(CHAIN, B): 3.0, ("tree", 5): 30.0, ("tree", 9): 30.0, ("tree", 17): 30.0})
+
+
+@pytest.mark.parametrize("boost", [0.0, 2.5, 6.0])
+def test_auto_makes_the_choices_and_trees_of_the_straightforward_bookkeeping(dense, boost):
+    """Step for step the same modes, the same trees (nodes and order) and the same emitted tokens as
+    ReferenceAuto, and in the end the same counterfactual counts and acceptance estimates, with fixed
+    costs (choices then depend on the acceptance alone; measured ones would differ between the two
+    runs) and with a forced schedule (every switch; chain steps with and without candidates); the
+    replies end short of the block (max_tokens) too."""
+    p = prompt(24, 11)
+    plain, truth = plain_truth(dense, p)
+    for cls, ref_cls, costs in [(AdaptiveSpeculator, ReferenceAuto, CLOSE), (Scheduled, ScheduledReference, CLOSE),
+                                (Scheduled, ScheduledReference, FAR)]:
+        seen = {}
+        for c_ in (cls, ref_cls):
+            steps = []
+            drafter = TopKOracle(truth, boost)
+            got, spec, _ = run(dense, p, N - 5, drafter=drafter, cls=c_, costs=costs,
+                               on_step=lambda s, r, c: steps.append(
+                                   (c, s.last_mode, r.tokens, s.last_tree and (s.last_tree.tokens, s.last_tree.parents,
+                                                                               s.last_tree.depths))))
+            same_as_plain(dense, p, got, plain[:N - 5])
+            seen[c_] = (steps, list(spec.resolved), dict(spec.acceptance), dict(spec.n_samples), drafter.k_asked)
+        new, ref = seen[cls], seen[ref_cls]
+        assert new[:4] == ref[:4]
+        assert len({m for _, m, _, _ in new[0]}) >= (3 if cls is AdaptiveSpeculator else 5)
+        # the draft is asked for the largest budget's candidates where every budget's tree is recorded,
+        # for the step's own budget only where nothing is recorded (the reply's last, shorter steps)
+        assert max(BUDGETS) in new[4] and set(new[4]) <= {1, *BUDGETS}
+        if costs is FAR:   # some chain steps drafted without candidates
+            assert len(new[4]) < sum(m != PLAIN for _, m, _, _ in new[0])
+
+
+def test_predictions_are_predict_per_mode(dense):
+    rng = np.random.default_rng(5)
+    eng = Engine(dense, n_ctx=64, n_verify_max=max(BUDGETS) + 1)
+    spec = AdaptiveSpeculator(eng, Oracle({}, 0), tree_budgets=BUDGETS)
+    for _ in range(200):
+        costs = spec.costs
+        costs.plain = None if rng.random() < 0.1 else float(rng.random())
+        costs.inject_row = float(rng.random()) * 0.1
+        costs.draft = {k: float(rng.random()) for k in ("chain", "candidates") if rng.random() < 0.8}
+        costs.verify = {key: float(rng.random()) for key in [(CHAIN, B)] + [("tree", b + 1) for b in BUDGETS]
+                        if rng.random() < 0.8}
+        spec.acceptance = {m: float(rng.random() * 5) for m in spec.modes if m != PLAIN and rng.random() < 0.8}
+        assert spec.predictions() == {m: spec.predict(m) for m in spec.modes}
+        assert list(spec.predictions()) == spec.modes
