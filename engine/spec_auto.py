@@ -50,6 +50,10 @@ from luce_engine.speculative import ChainSpeculator, Drafter
 from luce_engine.tree_speculative import TreeSpeculator, draft_candidates, tree_capable, verify_walk_commit
 
 AUTO_TREE_BUDGETS = (8, 16, 32)   # the tree budgets auto weighs (with --tree-budget's, where it fits)
+# Shorter chains auto weighs beside the full block: the same draft pass, fewer rows to verify. A
+# GPU's verify cost steps at kernel boundaries (ggml's one-kernel MMVQ takes up to 8 rows: SmolLM2's
+# 16-row verify cost 3.5 ms on the H100 against 1.6 at 5 rows), a CPU's grows with the rows.
+AUTO_CHAIN_LENGTHS = (3, 7)
 PLAIN, CHAIN = "plain", "chain"
 ACC_ALPHA = 0.2          # weight of the newest acceptance count
 COST_ALPHA = 0.2         # weight of the newest cost measurement
@@ -171,15 +175,20 @@ class _Shape:
 class _Record:
     """What each mode would have drafted at the step whose x0 sat at position c: mode -> (shape,
     size), the mode's tree being the shape's first `size` nodes. Every tree mode shares one shape
-    (the largest budget's tree, of which the others are prefixes); the chain (its drafts) has its own."""
+    (the largest budget's tree, of which the others are prefixes); the chains share their drafts'
+    (a short chain of length n: its first n + 1 nodes)."""
 
     __slots__ = ("c", "pending")
 
-    def __init__(self, c: int, drafts: list[int] | None, tree: Tree | None, sizes: dict[str, int]):
+    def __init__(self, c: int, drafts: list[int] | None, tree: Tree | None, sizes: dict[str, int],
+                 chains: dict[str, int] | None = None):
         self.c = c
         self.pending: dict[str, tuple[_Shape, int]] = {}
         if drafts is not None:
-            self.pending[CHAIN] = (_Shape.of_chain(drafts), len(drafts) + 1)
+            shape = _Shape.of_chain(drafts)
+            self.pending[CHAIN] = (shape, len(drafts) + 1)
+            for m, n in (chains or {}).items():
+                self.pending[m] = (shape, min(n, len(drafts)) + 1)
         if tree is not None:
             shape = _Shape.of_tree(tree)
             for m, size in sizes.items():
@@ -193,19 +202,21 @@ class AdaptiveSpeculator(ChainSpeculator):
     costs: a StepCosts (default: measured on this engine)."""
 
     def __init__(self, engine, drafter: Drafter, *, max_draft: int | None = None,
-                 tree_budgets=AUTO_TREE_BUDGETS, temperature: float = 1.0, costs: StepCosts | None = None,
-                 capture_ring: int = 4096):
+                 tree_budgets=AUTO_TREE_BUDGETS, chain_lengths=AUTO_CHAIN_LENGTHS, temperature: float = 1.0,
+                 costs: StepCosts | None = None, capture_ring: int = 4096):
         super().__init__(engine, drafter, max_draft=max_draft, capture_ring=capture_ring)
         can_tree = (tree_capable(engine) and self.max_draft > 0
                     and (hasattr(drafter, "draft_candidates") or hasattr(drafter, "logits")))
         budgets = sorted({int(b) for b in tree_budgets if 1 <= int(b) < engine.n_verify_max}) if can_tree else []
         self.budgets = {f"tree{b}": b for b in budgets}
-        self.modes = [PLAIN, CHAIN] + list(self.budgets)
+        # short chains: the first L of the chain's drafts (named by their length)
+        self.chains = {f"chain{n}": n for n in sorted(set(chain_lengths)) if 1 <= n < self.max_draft}
+        self.modes = [PLAIN, CHAIN] + list(self.chains) + list(self.budgets)
         self.temperature = temperature
         self.costs = costs if costs is not None else StepCosts()
         self._chain_kind = "chain" if hasattr(drafter, "draft") else "candidates"
         # per speculative mode, its (draft kind, verify kind, rows): fixed for this speculator
-        self._mode_keys = [(m, self._chain_kind if m == CHAIN else "candidates", self._kind(m), self._rows(m))
+        self._mode_keys = [(m, self._chain_kind if self._is_chain(m) else "candidates", self._kind(m), self._rows(m))
                            for m in self.modes if m != PLAIN]
         self.acceptance: dict[str, float] = {}     # mode -> EMA of accepted drafts per step
         self.n_samples: collections.Counter = collections.Counter()   # mode -> acceptance counts seen
@@ -240,8 +251,8 @@ class AdaptiveSpeculator(ChainSpeculator):
     def _label(self, mode: str) -> str:
         if mode == PLAIN:
             return "plain"
-        if mode == CHAIN:
-            return f"chain of {self.max_draft}"
+        if self._is_chain(mode):
+            return f"chain of {self._chain_length(mode)}"
         return f"tree budget {self.budgets[mode]}"
 
     def step(self, sampling: Sampling, *, max_emit: int | None = None, stop_ids: frozenset[int] | set = frozenset()):
@@ -266,14 +277,20 @@ class AdaptiveSpeculator(ChainSpeculator):
         return r
 
     # -- choosing ---------------------------------------------------------------------------------
+    def _is_chain(self, mode: str) -> bool:
+        return mode == CHAIN or mode in self.chains
+
+    def _chain_length(self, mode: str) -> int:
+        return self.max_draft if mode == CHAIN else self.chains[mode]
+
     def _kind(self, mode: str) -> str:
-        return CHAIN if mode == CHAIN else "tree"
+        return CHAIN if self._is_chain(mode) else "tree"
 
     def _rows(self, mode: str) -> int:
-        return self.max_draft + 1 if mode == CHAIN else self.budgets[mode] + 1
+        return self._chain_length(mode) + 1 if self._is_chain(mode) else self.budgets[mode] + 1
 
     def _draft_ms(self, mode: str) -> float | None:
-        return self.costs.draft_ms(self._chain_kind if mode == CHAIN else "candidates")
+        return self.costs.draft_ms(self._chain_kind if self._is_chain(mode) else "candidates")
 
     def predict(self, mode: str, verify_ms: float | None = None) -> float | None:
         """Predicted ms per emitted token (None: not known yet)."""
@@ -305,10 +322,10 @@ class AdaptiveSpeculator(ChainSpeculator):
         pred = self.predictions()
         known = [v for v in pred.values() if v is not None]
         best_known = min(known)
-        for m in self.budgets:   # calibrate a tree's verify only when a lower bound says it could win
+        for m in (*self.chains, *self.budgets):   # calibrate a verify only when a lower bound says it could win
             if pred[m] is None and m in self.acceptance and self._draft_ms(m) is not None:
                 lb = self.predict(m, costs.verify_lower_bound(self._rows(m)))
-                if lb is not None and lb < best_known and self._calibrate(self._rows(m)):
+                if lb is not None and lb < best_known and self._calibrate(self._rows(m), self._kind(m)):
                     pred[m] = self.predict(m)
         spec = {m: v for m, v in pred.items() if m != PLAIN and v is not None}
         if not spec:   # no acceptance known yet (its records resolve a step later)
@@ -331,7 +348,7 @@ class AdaptiveSpeculator(ChainSpeculator):
     def _want_candidates(self, mode: str, explore: bool) -> bool:
         if not self.budgets:
             return False
-        if mode != CHAIN or explore:
+        if not self._is_chain(mode) or explore:
             return True
         pred = self.predictions()
         chain = pred[CHAIN]
@@ -339,8 +356,9 @@ class AdaptiveSpeculator(ChainSpeculator):
         near = chain is None or not trees or min(trees) <= TREE_NEAR * chain
         return near or self._since_candidates >= CAND_EVERY
 
-    def _calibrate(self, rows: int) -> bool:
-        """Time a tree verify of `rows` rows (the second of two runs) and discard it: commit(0)."""
+    def _calibrate(self, rows: int, kind: str = "tree") -> bool:
+        """Time a verify of `rows` rows (a tree's, or a chain's: kind) and discard it with commit(0);
+        the second of two runs counts."""
         eng = self.engine
         if eng.n_past + rows > eng.n_ctx or rows > eng.n_verify_max:
             return False
@@ -349,10 +367,13 @@ class AdaptiveSpeculator(ChainSpeculator):
         parents = [-1] + [(i - 1) // 2 for i in range(1, rows)]
         for _ in range(2):
             t0 = time.perf_counter()
-            eng.verify_tree(tokens, parents, logits=False, keep_pre_logits=True)
+            if kind == CHAIN:
+                eng.verify(tokens, logits=False, keep_pre_logits=True)
+            else:
+                eng.verify_tree(tokens, parents, logits=False, keep_pre_logits=True)
             eng.commit(0)
             ms = (time.perf_counter() - t0) * 1e3
-        self.costs.observe_verify("tree", rows, ms, calibration=True)
+        self.costs.observe_verify(kind, rows, ms, calibration=True)
         self.n_calibrations += 1
         return True
 
@@ -387,9 +408,10 @@ class AdaptiveSpeculator(ChainSpeculator):
         self._truth[c] = x0
         room = eng.n_ctx - c - 1   # every tree node takes a cache row
         budget = min(self.budgets.get(mode, 0), room)
+        is_chain = self._is_chain(mode)
         t0 = time.perf_counter()
         tree = None   # nothing drafted: the root alone
-        if n_depth > 0 and (mode == CHAIN or budget > 0):
+        if n_depth > 0 and (is_chain or budget > 0):
             if probe:   # the positions decoded plainly, fed to the draft up to a bound (the rest it never sees)
                 self._injected = max(self._injected, c - PROBE_CONTEXT)
             before = self._injected
@@ -406,13 +428,13 @@ class AdaptiveSpeculator(ChainSpeculator):
                 self._since_candidates += 1
                 drafts = [int(t) for t in self.drafter.draft(x0, c)[:n_depth]]
                 self.costs.observe_draft("chain", (time.perf_counter() - t_inj) * 1e3)
-                tree = chain_tree(x0, drafts)
+                tree = chain_tree(x0, drafts[:self._chain_length(mode)])
                 if full:
-                    self._records.append(_Record(c, drafts, None, {}))
+                    self._records.append(_Record(c, drafts, None, {}, self.chains))
         t1 = time.perf_counter()
         if tree is None:
             tree = Tree([x0], [-1], [0], [0.0])
-        as_chain = mode == CHAIN or len(tree) == 1
+        as_chain = is_chain or len(tree) == 1
         path, bonus = verify_walk_commit(self, tree, sampling, native, stop_ids, x0, c, as_chain)
         t2 = time.perf_counter()
         self.costs.observe_verify(self._kind(mode) if not as_chain else CHAIN, len(tree), (t2 - t1) * 1e3)
@@ -423,7 +445,7 @@ class AdaptiveSpeculator(ChainSpeculator):
         if bonus is not None:
             self._truth[c + len(tokens)] = bonus
         accepted = len(path) - 1
-        while len(self.stats.accepted_at) < len(tree) - 1 and mode == CHAIN:
+        while len(self.stats.accepted_at) < len(tree) - 1 and is_chain:
             self.stats.accepted_at.append(0)
         self._record(len(tree) - 1, accepted, t0, t1, t2)
         self.last_tree = tree
@@ -439,14 +461,14 @@ class AdaptiveSpeculator(ChainSpeculator):
         if full:
             need = list(sizes)   # the tree modes whose trees are wanted
         else:
-            need = [] if mode == CHAIN else [mode]
+            need = [] if self._is_chain(mode) else [mode]
         k = max((self.budgets[m] for m in need), default=1)
         toks, lp = draft_candidates(self.drafter, x0, c, n_depth, k, self.temperature)
         drafts = np.asarray(toks)[:n_depth, 0].tolist()   # the chain: the rank-0 candidates
         tree = build_tree(x0, toks, lp, max(sizes[m] for m in need) - 1, max_depth=n_depth) if need else None
         if full:
-            self._records.append(_Record(c, drafts, tree, sizes))
-        return chain_tree(x0, drafts) if mode == CHAIN else tree.prefix(sizes[mode])
+            self._records.append(_Record(c, drafts, tree, sizes, self.chains))
+        return chain_tree(x0, drafts[:self._chain_length(mode)]) if self._is_chain(mode) else tree.prefix(sizes[mode])
 
     _walk = TreeSpeculator._walk   # the target's choice at each node picks the child (a chain: the next draft)
 

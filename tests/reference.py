@@ -15,6 +15,9 @@ THREADS = int(os.environ.get("LUCE_TEST_THREADS", "2"))
 # TF32 (~1e-3 relative), so a 16-row verify and a 1-row decode part at margins far above the 1e-4
 # near-tie bound; quantized weights go through integer dot products (MMVQ/MMQ) on every batch shape.
 TINY_WEIGHTS = os.environ.get("LUCE_TEST_TINY_WEIGHTS", "q8_0" if ON_GPU else "f32")
+# Heads of the exactness tests' tiny models: ggml's CUDA flash attention takes sizes 40..256 only, and a
+# head of 32 would run its attention on the CPU even on a GPU (in a split of its own, never captured).
+TINY_HEAD_DIM = int(os.environ.get("LUCE_TEST_TINY_HEAD_DIM", "64" if ON_GPU else "32"))
 # Bound on |ours - float64 reference| / max|reference| for F32 draft weights: TF32 on CUDA.
 DRAFT_REF_TOL = 5e-3 if ON_GPU else 1e-4
 

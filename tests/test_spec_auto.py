@@ -17,7 +17,7 @@ from luce_engine import Engine, Model, Sampling
 from luce_engine.ddtree import build_tree, chain_tree, top_candidates
 from luce_engine.spec_auto import CHAIN, PLAIN, AdaptiveSpeculator, FixedCosts, _depth_within, _Record
 from luce_engine.tree_speculative import draft_candidates
-from reference import DEVICE, THREADS, TINY_WEIGHTS
+from reference import DEVICE, THREADS, TINY_HEAD_DIM, TINY_WEIGHTS
 from test_ddtree import reference_build_tree
 from test_speculative import assert_greedy_matches, prompt
 from test_tree_speculative import B, V, OracleTreeDrafter, RandomTreeDrafter, truth_prefix_in_tree
@@ -51,16 +51,16 @@ class ChangingOracle(Oracle):
 
 # speculation pays: a verify costs little more than a plain step
 CHEAP = FixedCosts(plain=10.0, draft={"chain": 2.0, "candidates": 3.0},
-                   verify={(CHAIN, B): 12.0, **{("tree", b + 1): 12.0 for b in BUDGETS}})
+                   verify={(CHAIN, B): 12.0, (CHAIN, 4): 12.0, **{("tree", b + 1): 12.0 for b in BUDGETS}})
 # speculation never pays: a verify of any shape costs 5 plain steps
 DEAR = FixedCosts(plain=10.0, draft={"chain": 20.0, "candidates": 25.0},
-                  verify={(CHAIN, B): 50.0, **{("tree", b + 1): 50.0 for b in BUDGETS}})
+                  verify={(CHAIN, B): 50.0, (CHAIN, 4): 50.0, **{("tree", b + 1): 50.0 for b in BUDGETS}})
 
 
 class Scheduled(AdaptiveSpeculator):
     """Modes forced in a fixed cycle, so every kind of switch happens (exactness, not choice)."""
 
-    schedule = (PLAIN, CHAIN, "tree8", PLAIN, PLAIN, "tree16", CHAIN, CHAIN, "tree4", PLAIN)
+    schedule = (PLAIN, CHAIN, "tree8", PLAIN, "chain3", PLAIN, "tree16", CHAIN, "chain3", CHAIN, "tree4", PLAIN)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -73,7 +73,7 @@ class Scheduled(AdaptiveSpeculator):
 @pytest.fixture(scope="module", params=["llama", "qwen3"])
 def dense(request, tmp_path_factory):
     # TINY_WEIGHTS: q8_0 on a GPU, whose F32 batch matmuls round apart from a one-token step's (TF32)
-    cfg = TinyConfig(arch=request.param, n_vocab=V, head_dim=32, seed=21, weight_type=TINY_WEIGHTS)
+    cfg = TinyConfig(arch=request.param, n_vocab=V, head_dim=TINY_HEAD_DIM, seed=21, weight_type=TINY_WEIGHTS)
     return Model(write_tiny_gguf(tmp_path_factory.mktemp("sa") / f"{request.param}.gguf", cfg), device=DEVICE,
                  n_threads=THREADS)
 
@@ -121,7 +121,7 @@ def test_a_forced_schedule_of_every_switch_stays_exact(dense):
         got, spec, eng = run(dense, p, N, drafter=drafter, cls=Scheduled)
         same_as_plain(dense, p, got, plain)
         assert eng.tokens == p + got
-        assert set(spec.mode_steps) == {PLAIN, CHAIN, "tree4", "tree8", "tree16"}
+        assert set(spec.mode_steps) == {PLAIN, CHAIN, "chain3", "tree4", "tree8", "tree16"}
 
 
 def test_sampling_with_a_seed_gives_plain_samplings_tokens(dense):
@@ -174,6 +174,23 @@ def test_high_acceptance_with_cheap_verifies_settles_on_speculation(dense):
         assert set(modes[3:]) == {best}, modes
         assert spec.acceptance[best] == max(spec.acceptance.values()) > spec.acceptance[CHAIN] == 0
         assert f"tree budget {spec.budgets[best]}" in spec.describe()
+
+
+def test_a_short_chain_wins_where_its_verify_is_cheaper(dense):
+    """Drafts right for two positions, a 4-row verify a third of the full chain's (as a GPU's kernel
+    boundary makes it): auto settles on the chain of 3 (the same draft pass, fewer rows)."""
+    p = prompt(24, 12)
+    plain, truth = plain_truth(dense, p)
+    costs = FixedCosts(plain=10.0, draft={"chain": 2.0, "candidates": 30.0},
+                       verify={(CHAIN, B): 12.0, (CHAIN, 4): 4.0, **{("tree", b + 1): 40.0 for b in BUDGETS}})
+    modes = []
+    got, spec, _ = run(dense, p, N, drafter=Oracle(truth, 0, missing_from=3), costs=costs,
+                       on_step=lambda s, r, c: modes.append(s.last_mode))
+    if not same_as_plain(dense, p, got, plain):
+        return
+    assert set(modes[-10:]) == {"chain3"}, modes
+    assert spec.acceptance["chain3"] == spec.acceptance[CHAIN] == 2
+    assert "chain of 3" in spec.describe()
 
 
 def test_zero_acceptance_settles_on_plain_with_rare_probes(dense):
@@ -234,8 +251,8 @@ def test_counterfactual_counts_are_what_each_mode_would_accept(dense):
     seen = set()
     for c, mode, n in spec.resolved:
         x0 = truth[c]
-        if mode == CHAIN:
-            drafts = drafter.draft(x0, c)
+        if mode in (CHAIN, *spec.chains):   # the chain, or a short one: its first drafts
+            drafts = drafter.draft(x0, c)[:spec.chains.get(mode, B - 1)]
             want = next((i for i, t in enumerate(drafts) if truth.get(c + 1 + i) != t), len(drafts))
         else:
             b = spec.budgets[mode]
@@ -245,13 +262,13 @@ def test_counterfactual_counts_are_what_each_mode_would_accept(dense):
         if (c, mode) in accepted:
             assert n == accepted[c, mode]
         seen.add(mode)
-    assert seen == {CHAIN, "tree4", "tree8", "tree16"}
+    assert seen == {CHAIN, "chain3", "tree4", "tree8", "tree16"}
 
 
 def test_hybrid_targets_choose_between_plain_and_the_chain(tmp_path):
     from test_speculative import OracleDrafter
 
-    cfg = TinyConfig(arch="qwen35", n_vocab=V, n_layer=4, head_dim=32, seed=3)
+    cfg = TinyConfig(arch="qwen35", n_vocab=V, n_layer=4, head_dim=TINY_HEAD_DIM, seed=3)
     hybrid = Model(write_tiny_gguf(tmp_path / "h.gguf", cfg), device=DEVICE, n_threads=THREADS)
     p = prompt(20, 8)
     plain, truth = plain_truth(hybrid, p, 60)
@@ -259,7 +276,7 @@ def test_hybrid_targets_choose_between_plain_and_the_chain(tmp_path):
                          (RandomTreeDrafter(2), AdaptiveSpeculator)]:
         got, spec, eng = run(hybrid, p, 60, drafter=drafter, cls=cls)
         assert_greedy_matches(hybrid, p, got, plain)
-        assert spec.modes == [PLAIN, CHAIN] and set(spec.mode_steps) <= {PLAIN, CHAIN}
+        assert spec.modes == [PLAIN, CHAIN, "chain3"] and set(spec.mode_steps) <= {PLAIN, CHAIN, "chain3"}
 
 
 def test_measured_costs_calibrate_each_tree_shape_at_most_once(dense):
@@ -271,7 +288,7 @@ def test_measured_costs_calibrate_each_tree_shape_at_most_once(dense):
         eng.truncate(0)
         got = [t for r in eng.generate(p, max_tokens=N, stop_token_ids=(), speculator=spec) for t in r.tokens]
         same_as_plain(dense, p, got, plain)
-    assert spec.n_calibrations <= len(BUDGETS)
+    assert spec.n_calibrations <= len(BUDGETS) + len(spec.chains)
     assert set(spec.costs.verify) >= {(CHAIN, B)} and spec.costs.plain > 0
     assert spec.describe().startswith("auto: ")
     assert np.isfinite([spec.predict(m) or 0.0 for m in spec.modes]).all()
@@ -398,7 +415,8 @@ class ReferenceAuto(AdaptiveSpeculator):
     def _candidates_step(self, mode, x0, c, n_depth, room, full):
         k = max(self.budgets.values(), default=1)
         toks, lp = draft_candidates(self.drafter, x0, c, n_depth, k, self.temperature)
-        trees = {CHAIN: chain_tree(x0, [int(t) for t in toks[:n_depth, 0]])}
+        drafts = [int(t) for t in toks[:n_depth, 0]]
+        trees = {CHAIN: chain_tree(x0, drafts), **{m: chain_tree(x0, drafts[:n]) for m, n in self.chains.items()}}
         for m, b in self.budgets.items():
             trees[m] = reference_build_tree(x0, toks[:, :b], lp[:, :b], min(b, room), n_depth)
         if full:
@@ -411,7 +429,9 @@ class ReferenceAuto(AdaptiveSpeculator):
             if isinstance(rec, _Record):   # a chain step without candidates: its drafts, as a tree
                 shape, _ = rec.pending[CHAIN]
                 drafts = [next(iter(ch)) for ch in shape.children[:-1]]
-                rec = SimpleNamespace(c=rec.c, trees={CHAIN: chain_tree(self._truth[rec.c], drafts)})
+                x0 = self._truth[rec.c]
+                rec = SimpleNamespace(c=rec.c, trees={CHAIN: chain_tree(x0, drafts),
+                                                      **{m: chain_tree(x0, drafts[:n]) for m, n in self.chains.items()}})
             for m in list(rec.trees):
                 n = reference_matched(rec.trees[m], self._truth, rec.c)
                 if n is not None:
@@ -436,10 +456,10 @@ class ScheduledReference(ReferenceAuto):
 
 # trees within 10% of the chain or better, plain dear: choices move with the acceptance
 CLOSE = FixedCosts(plain=9.0, draft={"chain": 2.0, "candidates": 2.5},
-                   verify={(CHAIN, B): 10.0, ("tree", 5): 8.0, ("tree", 9): 9.5, ("tree", 17): 11.0})
+                   verify={(CHAIN, B): 10.0, (CHAIN, 4): 10.0, ("tree", 5): 8.0, ("tree", 9): 9.5, ("tree", 17): 11.0})
 # trees far dearer than the chain: a chain step takes candidates one step in CAND_EVERY only
 FAR = FixedCosts(plain=9.0, draft={"chain": 2.0, "candidates": 2.5},
-                 verify={(CHAIN, B): 3.0, ("tree", 5): 30.0, ("tree", 9): 30.0, ("tree", 17): 30.0})
+                 verify={(CHAIN, B): 3.0, (CHAIN, 4): 3.0, ("tree", 5): 30.0, ("tree", 9): 30.0, ("tree", 17): 30.0})
 
 
 @pytest.mark.parametrize("boost", [0.0, 2.5, 6.0])

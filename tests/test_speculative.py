@@ -11,8 +11,8 @@ import pytest
 
 from luce_engine import Engine, Model, Sampling
 from luce_engine.speculative import ChainSpeculator
-from reference import (DEVICE, KQUANT_GPU_BATCH_SHAPE_RTOL, QUANT_KV_GPU_BATCH_SHAPE_RTOL, THREADS, TINY_WEIGHTS,
-                       top2_margin)
+from reference import (DEVICE, KQUANT_GPU_BATCH_SHAPE_RTOL, QUANT_KV_GPU_BATCH_SHAPE_RTOL, THREADS, TINY_HEAD_DIM,
+                       TINY_WEIGHTS, top2_margin)
 from tools.tiny_gguf import Q4KM_QWEN35, TinyConfig, write_tiny_gguf
 
 pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
@@ -59,7 +59,7 @@ def model_for(arch: str, tmp_path) -> Model:
     if arch == "qwen35-q4km":   # on CUDA its verify blocks run on luce's small-batch kernels
         cfg = TinyConfig(**Q4KM_QWEN35, n_vocab=256, seed=21)
     else:
-        shape = dict(n_vocab=256, n_layer=4, head_dim=32) if arch == "qwen35" else dict(n_vocab=256, head_dim=32)
+        shape = dict(n_vocab=256, n_layer=4, head_dim=TINY_HEAD_DIM) if arch == "qwen35" else dict(n_vocab=256, head_dim=TINY_HEAD_DIM)
         cfg = TinyConfig(arch=arch, seed=21, weight_type=TINY_WEIGHTS, **shape)
     return Model(write_tiny_gguf(tmp_path / f"{arch}.gguf", cfg), device=DEVICE, n_threads=THREADS)
 

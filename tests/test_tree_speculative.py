@@ -13,7 +13,7 @@ import pytest
 
 from luce_engine import Engine, Model, Sampling
 from luce_engine.tree_speculative import TreeSpeculator
-from reference import DEVICE, THREADS, TINY_WEIGHTS
+from reference import DEVICE, THREADS, TINY_HEAD_DIM, TINY_WEIGHTS
 from test_speculative import assert_greedy_matches, chi_square, prompt
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
@@ -64,7 +64,7 @@ def dense(request, tmp_path_factory):
     """A dense target, or the hybrid qwen35 (its engines are made with tree_verify)."""
     extra = {"n_layer": 4} if request.param == "qwen35" else {}
     # TINY_WEIGHTS: q8_0 on a GPU, whose F32 batch matmuls round apart from a one-token step's (TF32)
-    cfg = TinyConfig(arch=request.param, n_vocab=V, head_dim=32, seed=21, weight_type=TINY_WEIGHTS, **extra)
+    cfg = TinyConfig(arch=request.param, n_vocab=V, head_dim=TINY_HEAD_DIM, seed=21, weight_type=TINY_WEIGHTS, **extra)
     return Model(write_tiny_gguf(tmp_path_factory.mktemp("ts") / f"{request.param}.gguf", cfg), device=DEVICE,
                  n_threads=THREADS)
 
@@ -191,7 +191,7 @@ def test_sampled_distribution_matches_plain_and_a_wrong_rule_fails(tmp_path):
     """First two tokens over 1,200 seeds at temperature 0.7, tree vs plain on independent seeds: a
     chi-square test at p = 0.001 passes; the draft-confidence rule fails it. (The likeliest pairs have
     probability ~0.006: 1,200 draws a side give about six categories of ten or more.)"""
-    model = Model(write_tiny_gguf(tmp_path / "l.gguf", TinyConfig(arch="llama", n_vocab=V, head_dim=32, seed=21)),
+    model = Model(write_tiny_gguf(tmp_path / "l.gguf", TinyConfig(arch="llama", n_vocab=V, head_dim=TINY_HEAD_DIM, seed=21)),
                   device=DEVICE, n_threads=THREADS)
     p = prompt(12, 5)
     eng = Engine(model, n_ctx=64)
@@ -246,7 +246,7 @@ def test_bad_settings_and_hybrid_targets(dense, tmp_path):
         TreeSpeculator(eng, OracleTreeDrafter({}), budget=8)
     with pytest.raises(ValueError, match="budget must be >= 1"):
         TreeSpeculator(eng, OracleTreeDrafter({}), budget=0)
-    cfg = TinyConfig(arch="qwen35", n_vocab=V, n_layer=4, head_dim=32, seed=3)
+    cfg = TinyConfig(arch="qwen35", n_vocab=V, n_layer=4, head_dim=TINY_HEAD_DIM, seed=3)
     hybrid = Model(write_tiny_gguf(tmp_path / "h.gguf", cfg), device=DEVICE, n_threads=THREADS)
     with pytest.raises(ValueError, match="tree_verify=True"):
         TreeSpeculator(Engine(hybrid, n_ctx=64, n_verify_max=9), OracleTreeDrafter({}), budget=8)

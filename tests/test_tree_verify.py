@@ -9,7 +9,7 @@ import pytest
 
 from luce_engine import Engine, EngineStateError, InvalidArgumentError, Model, UnsupportedModelError
 from luce_engine.ddtree import Tree
-from reference import DEVICE, QUANT_KV_GPU_BATCH_SHAPE_RTOL, THREADS
+from reference import DEVICE, QUANT_KV_GPU_BATCH_SHAPE_RTOL, THREADS, TINY_HEAD_DIM
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
 pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
@@ -30,7 +30,7 @@ FRESH_RTOL = {"f16": 2e-3, "q8_0": 1e-2, "q4_0": 5e-2}
 def dense(request, tmp_path_factory):
     """A dense target, or the hybrid qwen35 (its DeltaNet layers run each root-to-leaf path)."""
     extra = {"n_layer": 4} if request.param == "qwen35" else {}
-    cfg = TinyConfig(arch=request.param, n_vocab=256, head_dim=32, seed=31, **extra)
+    cfg = TinyConfig(arch=request.param, n_vocab=256, head_dim=TINY_HEAD_DIM, seed=31, **extra)
     return Model(write_tiny_gguf(tmp_path_factory.mktemp("tv") / f"{request.param}.gguf", cfg), device=DEVICE,
                  n_threads=THREADS)
 
@@ -108,7 +108,7 @@ def test_commit_path_equals_plain_evaluation_of_the_path(dense, cache):
 def test_commit_path_with_rows_of_odd_byte_size(tmp_path, cache):
     """One KV head of 32: a quantized row is one block (34 or 18 bytes), not whole 4-byte words, so
     those rows move through the host instead of the device graph; the result is the same."""
-    cfg = TinyConfig(arch="llama", n_vocab=256, head_dim=32, n_head=2, n_head_kv=1, seed=33)
+    cfg = TinyConfig(arch="llama", n_vocab=256, head_dim=TINY_HEAD_DIM, n_head=2, n_head_kv=1, seed=33)
     check_commit_path(Model(write_tiny_gguf(tmp_path / "odd.gguf", cfg), device=DEVICE, n_threads=THREADS), cache)
 
 
@@ -232,7 +232,7 @@ def test_bad_trees_are_clear_errors(dense):
 
 
 def test_hybrid_tree_verify_needs_its_engine_parameter_and_replay(tmp_path):
-    cfg = TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=32, seed=3)
+    cfg = TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=TINY_HEAD_DIM, seed=3)
     model = Model(write_tiny_gguf(tmp_path / "h.gguf", cfg), device=DEVICE, n_threads=THREADS)
     eng = Engine(model, n_ctx=64, n_verify_max=4)
     eng.prefill(prompt(5, 1))
