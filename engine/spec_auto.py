@@ -348,7 +348,13 @@ class AdaptiveSpeculator(ChainSpeculator):
     def _want_candidates(self, mode: str, explore: bool) -> bool:
         if not self.budgets:
             return False
-        if not self._is_chain(mode) or explore:
+        if not self._is_chain(mode):
+            return True
+        if "chain" not in self.costs.draft:
+            # the proposals alone never timed: a chain's cost would be the candidates' (its upper
+            # bound), trees would look as near as that, and every step would pay for candidates
+            return False
+        if explore:
             return True
         pred = self.predictions()
         chain = pred[CHAIN]

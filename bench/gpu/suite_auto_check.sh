@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# A short lease's check of --spec auto and the tree test on SmolLM2: the shipped draft's tree greedy test, then auto and a fixed chain of K = 7 on 6 held-out prompts, T = 0 and 0.7, plain beside each (~1 min after build)
+need_build || exit 1
+smol=$($PY -c 'from luce_engine import default_model_path; print(default_model_path())' 2>/dev/null)
+[ -f "$smol" ] || { summary "auto_check: SmolLM2 absent"; exit 1; }
+status=0
+LUCE_TEST_DEVICE=cuda:0 $PY -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-s', '-p', 'no:cacheprovider',
+    'tests/test_tree_shipped_draft.py']))" > "$RES/tree_shipped_cuda.txt" 2>&1 || status=1
+summary "auto_check tree test: $(tail -1 "$RES/tree_shipped_cuda.txt")"
+for spec in auto chain; do
+  $PY bench/bench_spec.py --real --spec $spec --draft-max 7 --temps 0,0.7 --target "$smol" --device cuda:0 --threads 16 \
+      --per-category "${PER_CATEGORY:-2}" --tokens 256 --json "$RES/auto_check_$spec.json" > "$RES/auto_check_$spec.txt" 2>&1 || status=1
+  summary "auto_check $spec (K=7): $(grep -E "^ +$spec +(0|0.7) " "$RES/auto_check_$spec.txt" | tr -s ' ' | tr '\n' '|')"
+done
+exit $status
