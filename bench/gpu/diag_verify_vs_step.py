@@ -1,6 +1,7 @@
 """Diagnostic: do a verify batch's logits differ from one-token steps' by rounding, or by more?
 
     python bench/gpu/diag_verify_vs_step.py [--device cuda:0] [--model M.gguf] [--tokens 64] [--rows 16]
+    python bench/gpu/diag_verify_vs_step.py --llama-cpp ...     llama.cpp's rows alone (its own process)
 
 On 2026-12-06 the H200 gave no speculative SmolLM2 reply equal to plain decoding, and the shipped
 draft's greedy test diverged at a top-2 gap of 4e-2, while the CPU is exact. For the same greedy
@@ -10,9 +11,11 @@ with plain decoding's top-2 gap there:
   step      Engine.step, one token at a time (plain decoding)
   verify    Engine.verify of `rows` tokens, then commit (the chain's path)
   prefill   Engine.prefill(logits_all) of `rows` tokens (ggml's batch kernels without our verify)
-  llama.cpp llama-cpp-python on the same file and device (--no-llama-cpp skips it): its batches of
-            `rows` against its one-token evals, the same measure: whether ggml's kernels alone part
-            batch rows from steps as far as ours
+  llama.cpp with --llama-cpp, instead of ours: llama-cpp-python on the same file and device, its
+            batches of `rows` against its one-token evals on its own greedy continuation, the same
+            measure: whether ggml's kernels alone part batch rows from steps as far as ours. A run
+            of its own: loading llama.cpp's CUDA model after ours in one process crashed it (H100,
+            2026-12-06)
 Rounding by batch shape shows as differences of ~1e-3 in both batched rows alike; a verify that
 differs from the same-size prefill points at our verify path.
 """
@@ -25,10 +28,6 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-try:   # before luce_engine: on the GPU image llama.cpp's CUDA load is safest done first (see bench/gpu/run.sh)
-    import llama_cpp  # noqa: F401
-except ImportError:
-    pass
 import luce_engine  # noqa: E402
 from luce_engine import Engine, Model  # noqa: E402
 from tools.dflash_train.corpus import heldout_prompts  # noqa: E402
@@ -51,13 +50,19 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--prompts", type=int, default=3)
-    ap.add_argument("--no-llama-cpp", dest="llama_cpp", action="store_false", help="skip llama.cpp's own batch-vs-step rows")
+    ap.add_argument("--llama-cpp", action="store_true", help="llama.cpp's own batch-vs-step rows instead of ours")
     args = ap.parse_args()
     path = args.model or luce_engine.default_model_path()
-    model = Model(path, device=args.device)
     encoder = PromptEncoder(path)
-    print(f"{Path(path).name} on {model.device}: {args.tokens} greedy tokens, batches of {args.rows}")
     picked = [next(p for p in heldout_prompts() if p.category == c) for c in ("chat", "code", "prose")]
+    if args.llama_cpp:
+        print(f"{Path(path).name}, llama.cpp on {args.device}: {args.tokens} greedy tokens, batches of {args.rows}")
+        for prompt in picked[: args.prompts]:
+            llama_cpp_batch_vs_step(path, args.device, encoder.encode(prompt.messages()), args.tokens, args.rows,
+                                    prompt.category)
+        return
+    model = Model(path, device=args.device)
+    print(f"{Path(path).name} on {model.device}: {args.tokens} greedy tokens, batches of {args.rows}")
     for prompt in picked[: args.prompts]:
         ids = encoder.encode(prompt.messages())
         eng = Engine(model, n_ctx=1024, n_verify_max=args.rows)
@@ -84,12 +89,10 @@ def main() -> None:
             print(f"  {prompt.category:6s} {name:8s} max {max(diffs):.2e} median {np.median(diffs):.2e}; "
                   f"argmax flips {len(flips)}" + "".join(f" [row {i}, step gap {g:.2e}]" for i, g in flips[:4]))
         print(f"  {prompt.category:6s} verify vs prefill: max {max(rel(a, b) for a, b in zip(batched['verify'], batched['prefill'])):.2e}")
-        if args.llama_cpp:
-            llama_cpp_batch_vs_step(path, args.device, ids, tokens, args.rows, prompt.category)
 
 
-def llama_cpp_batch_vs_step(path: str, device: str, ids: list[int], tokens: list[int], rows: int, label: str) -> None:
-    """llama.cpp's own rows for the same continuation: one-token evals against batches of `rows`."""
+def llama_cpp_batch_vs_step(path: str, device: str, ids: list[int], n_tokens: int, rows: int, label: str) -> None:
+    """llama.cpp's own rows on its greedy continuation: one-token evals against batches of `rows`."""
     import llama_cpp
 
     def fresh():
@@ -98,8 +101,10 @@ def llama_cpp_batch_vs_step(path: str, device: str, ids: list[int], tokens: list
 
     step = fresh()
     step.eval(ids)
-    for t in tokens[:-1]:
-        step.eval([t])
+    tokens = [int(np.argmax(step.scores[len(ids) - 1]))]
+    while len(tokens) < n_tokens:
+        step.eval([tokens[-1]])
+        tokens.append(int(np.argmax(step.scores[step.n_tokens - 1])))
     n0 = len(ids)
     step_rows = np.array(step.scores[n0 - 1:n0 + len(tokens) - 1], dtype=np.float32)   # predicts tokens[i]
     del step

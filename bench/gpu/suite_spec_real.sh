@@ -33,6 +33,7 @@ echo "target $SMOLLM2"; echo "draft  $DRAFT"
 status=0
 # 0. verify rows against one-token steps on the same continuation (rounding, or more? ~30 s)
 python3 bench/gpu/diag_verify_vs_step.py --device cuda:0 --tokens 64 --prompts 3 2>&1 | tee "$OUT/diag_verify_vs_step.txt"
+python3 bench/gpu/diag_verify_vs_step.py --llama-cpp --device cuda:0 --tokens 64 --prompts 3 2>&1 | tee -a "$OUT/diag_verify_vs_step.txt"
 python3 bench/bench_spec.py --real --target "$SMOLLM2" --draft "$DRAFT" --device cuda:0 --threads 16 --per-category "${PER_CATEGORY:-0}" \
     --json "$OUT/spec_real_cuda.json" 2>&1 | tee "$OUT/spec_real_cuda.txt" || status=1
 
@@ -58,7 +59,7 @@ else
 fi
 echo "== summary"; tail -6 "$OUT/spec_real_cuda.txt"; tail -3 "$OUT/shipped_draft_tests_cuda.txt"; tail -6 "$OUT/llama_cli_acceptance.txt"
 if type summary > /dev/null 2>&1; then   # under run.sh
-    summary "spec_real diag: $(grep -E 'verify|prefill' "$OUT/diag_verify_vs_step.txt" | tr -s ' ' | cut -c1-120 | tr '\n' '|')"
+    summary "spec_real diag: $(grep -E 'verify|prefill|llama.cpp' "$OUT/diag_verify_vs_step.txt" | tr -s ' ' | cut -c1-120 | tr '\n' '|')"
     summary "spec_real: $(tail -8 "$OUT/spec_real_cuda.txt" | tr -s ' ' | tr '\n' '|')"
     summary "spec_real tests: $(tail -1 "$OUT/shipped_draft_tests_cuda.txt")"
     summary "spec_real llama-cli: $(tail -4 "$OUT/llama_cli_acceptance.txt" | tr -s ' ' | tr '\n' '|')"
