@@ -142,6 +142,24 @@ def top2_margin(logits: np.ndarray) -> float:
     return float((a - b) / max(abs(a), 1e-6))
 
 
+def first_divergence(got: list[int], plain: list[int]) -> int | None:
+    """The first position where got and plain differ (the shorter length when one is a prefix of
+    the other), or None when they are equal."""
+    if got == plain:
+        return None
+    n = min(len(got), len(plain))
+    return next((i for i in range(n) if got[i] != plain[i]), n)
+
+
+def plain_margin(model, prompt: list[int], plain: list[int], k: int, *, cache: str = "f16", n_ctx: int = 512) -> float:
+    """Plain decoding's top-2 margin at its token k: a fresh engine's logits after prompt + plain[:k]."""
+    from luce_engine import Engine
+
+    eng = Engine(model, n_ctx=n_ctx, cache_type_k=cache, cache_type_v=cache)
+    eng.prefill(prompt + plain[:k])
+    return top2_margin(eng.logits())
+
+
 def batch_choices(model, context: list[int], rows: int = 16, n_ctx: int = 512) -> set[int]:
     """The target's greedy choices for the position after `context` when that position is computed
     inside a verify batch of `rows` tokens, at each of its offsets in the batch (what speculation
@@ -175,15 +193,11 @@ def check_greedy_divergence(model, prompt: list[int], got: list[int], plain: lis
     asserting it is a near-tie that the target's batch computation flips (see batch_choices; for a
     tree's output, tree=True, a margin below GPU_TREE_NEAR_TIE also does). On the CPU a divergence
     fails unless within 1e-4 (every batch shape rounds alike there)."""
-    from luce_engine import Engine
-
-    if got == plain:
+    j = first_divergence(got, plain)
+    if j is None:
         return None
-    j = next((i for i in range(min(len(got), len(plain))) if got[i] != plain[i]), min(len(got), len(plain)))
     assert j < min(len(got), len(plain)), f"one output is a prefix of the other ({len(got)} vs {len(plain)} tokens)"
-    ref = Engine(model, n_ctx=n_ctx)
-    ref.prefill(prompt + plain[:j])
-    margin = top2_margin(ref.logits())
+    margin = plain_margin(model, prompt, plain, j, n_ctx=n_ctx)
     if DEVICE == "cpu":
         assert margin <= 1e-4, f"diverged at token {j} with a clear margin {margin:.3g}"
     else:

@@ -12,7 +12,7 @@ import pytest
 from luce_engine import Engine, Model, Sampling
 from luce_engine.speculative import ChainSpeculator
 from reference import (DEVICE, KQUANT_GPU_BATCH_SHAPE_RTOL, QUANT_KV_GPU_BATCH_SHAPE_RTOL, THREADS, TINY_HEAD_DIM,
-                       TINY_WEIGHTS, top2_margin)
+                       TINY_WEIGHTS, first_divergence, plain_margin)
 from tools.tiny_gguf import Q4KM_QWEN35, TinyConfig, write_tiny_gguf
 
 pytestmark = pytest.mark.gpu   # runs on the device under test (LUCE_TEST_DEVICE)
@@ -93,13 +93,11 @@ def assert_greedy_matches(model, p, got, plain, cache="f16"):
     """Exact, except where a verify batch and a single-token step can round a near-tie apart
     (rounds_apart_by_batch_shape, docs/architecture.md §5): then the first divergence must be a
     near-tie of plain decoding, and is reported."""
-    if got == plain:
+    k = first_divergence(got, plain)
+    if k is None:
         return
-    k = next((i for i in range(min(len(got), len(plain))) if got[i] != plain[i]), min(len(got), len(plain)))
     assert rounds_apart_by_batch_shape(model, cache), f"diverged at {k} on a model without K-quants ({cache} cache)"
-    eng = Engine(model, n_ctx=512, cache_type_k=cache, cache_type_v=cache)
-    eng.prefill(p + plain[:k])
-    margin = top2_margin(eng.logits())
+    margin = plain_margin(model, p, plain, k, cache=cache)
     assert margin < near_tie_bound(model, cache), f"diverged at {k}, where plain decoding's top-2 margin is {margin:.2e}: not a near-tie"
     print(f"near-tie at {k} (margin {margin:.2e}): {got[k]} vs {plain[k]}")
 

@@ -4,8 +4,7 @@ need_build || exit 1
 smol=$($PY -c 'from luce_engine import default_model_path; print(default_model_path())' 2>/dev/null)
 [ -f "$smol" ] || { summary "auto_check: SmolLM2 absent"; exit 1; }
 status=0
-LUCE_TEST_DEVICE=cuda:0 $PY -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-s', '-p', 'no:cacheprovider',
-    'tests/test_tree_shipped_draft.py']))" > "$RES/tree_shipped_cuda.txt" 2>&1 || status=1
+device_pytest tree_shipped_cuda 300 -q -s tests/test_tree_shipped_draft.py || status=1
 summary "auto_check tree test: $(tail -1 "$RES/tree_shipped_cuda.txt")"
 for spec in auto chain; do   # auto with the full block (it weighs chains of 15, 7, 3 and the trees); the chain of 7 fixed
   k=15; [ $spec = chain ] && k=7

@@ -22,12 +22,15 @@ status=0
 # llama_cpp before pytest's plugins: on the GPU image its CUDA load crashes when imported after them
 # (DDTREE_TESTS=0: the bench alone, when the `exact` suite of the same run has the tests;
 # DDTREE_TESTS=shipped: only tests/test_tree_shipped_draft.py, which `exact` does not run)
-if [ "${DDTREE_TESTS:-1}" = shipped ]; then   # the exact suite has the others: only the shipped draft's tree test
-LUCE_TEST_DEVICE=cuda:0 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-s', '-p', 'no:cacheprovider',
-    'tests/test_tree_shipped_draft.py']))" 2>&1 | tee "$OUT/ddtree_tests_cuda.txt" || status=1
-elif [ "${DDTREE_TESTS:-1}" != 0 ]; then
-LUCE_TEST_DEVICE=cuda:0 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-s', '-p', 'no:cacheprovider',
-    'tests/test_ddtree.py', 'tests/test_tree_verify.py', 'tests/test_tree_speculative.py', 'tests/test_tree_shipped_draft.py']))" 2>&1 | tee "$OUT/ddtree_tests_cuda.txt" || status=1
+case "${DDTREE_TESTS:-1}" in
+    0) tests=() ;;
+    shipped) tests=(tests/test_tree_shipped_draft.py) ;;
+    *) tests=(tests/test_ddtree.py tests/test_tree_verify.py tests/test_tree_speculative.py tests/test_tree_shipped_draft.py) ;;
+esac
+if [ ${#tests[@]} -gt 0 ]; then
+    files=$(printf "'%s', " "${tests[@]}")
+    LUCE_TEST_DEVICE=cuda:0 python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-s', '-p', 'no:cacheprovider', $files]))" \
+        2>&1 | tee "$OUT/ddtree_tests_cuda.txt" || status=1
 else
     echo "DDTREE_TESTS=0: tests left to the exact suite" > "$OUT/ddtree_tests_cuda.txt"
 fi
