@@ -91,14 +91,11 @@ class SessionStore:
         except sqlite3.Error as e:
             raise SessionStoreError(f"cannot open the session history {self.db_path}: {e}") from e
         try:
-            found = schema.user_version(conn)
+            found, other = _version_and_tables(conn)
             if found > schema.known_version():
                 raise SchemaTooNewError(self.db_path, found, schema.known_version())
-            if found == 0:   # before any write (WAL, migrations): another program's database stays as it is
-                other = [r[0] for r in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' LIMIT 3")]
-                if other:
-                    raise _Corrupt(f"not a luce session history: it holds other tables ({', '.join(other)})")
+            if found == 0 and other:   # before any write: another program's database stays as it is
+                raise _Corrupt(f"not a luce session history: it holds other tables ({', '.join(other)})")
             problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)")]
             if problems != ["ok"]:
                 raise _Corrupt("integrity check: " + "; ".join(problems))
@@ -525,6 +522,20 @@ def _check_header(path: Path) -> None:
     found = int.from_bytes(head[60:64], "big", signed=True)
     if found > schema.known_version():
         raise SchemaTooNewError(path, found, schema.known_version())
+
+
+def _version_and_tables(conn: sqlite3.Connection) -> tuple[int, list[str]]:
+    """The schema version and up to three table names, read from one snapshot: read apart,
+    another process creating the history in between looked like a foreign database at version 0
+    with tables, and the new history was moved aside while that process wrote to it."""
+    conn.execute("BEGIN")
+    try:
+        found = schema.user_version(conn)
+        tables = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' LIMIT 3")]
+    finally:
+        conn.execute("COMMIT")
+    return found, tables
 
 
 def _is_corruption(e: sqlite3.DatabaseError) -> bool:

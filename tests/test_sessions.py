@@ -428,6 +428,37 @@ def test_two_processes_open_a_new_store_at_once(tmp_path):
         assert st.recovered_from is None
 
 
+def test_a_history_created_while_another_store_opens_is_not_set_aside(tmp_path, monkeypatch):
+    """Another process creating the history between this store's reading of the schema version
+    and of the table list once made the new history look foreign: it was moved aside while the
+    other process wrote to it (two windows started at once each got their own, half the history
+    lost). The store under test is paused right after reading the version; the other one creates
+    the history and writes a message meanwhile."""
+    real = sessions_schema.user_version
+    other_done, other_session = threading.Event(), []
+
+    def create_other():
+        with SessionStore(tmp_path) as other:
+            s = other.create_session("other")
+            other.add_message(s.id, "user", "written while the first store opened")
+            other_session.append(s.id)
+        other_done.set()
+
+    def paused(conn):
+        version = real(conn)
+        if threading.current_thread() is threading.main_thread() and not other_session:
+            threading.Thread(target=create_other, daemon=True).start()
+            other_done.wait(2.0)   # a snapshot read keeps the other writer waiting until it ends
+        return version
+
+    monkeypatch.setattr(sessions_schema, "user_version", paused)
+    with SessionStore(tmp_path) as st:
+        assert st.recovered_from is None
+        assert other_done.wait(20)
+        assert [m.content for m in st.path(other_session[0])] == ["written while the first store opened"]
+    assert not list(tmp_path.glob("*.corrupt-*"))
+
+
 # --- export ------------------------------------------------------------------------------------
 
 def test_export_markdown_and_json(store):
