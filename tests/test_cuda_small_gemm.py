@@ -3,7 +3,8 @@
 The weights are random Q4_K / Q6_K / Q8_0 blocks (every scale and minimum bit pattern occurs), dequantized
 by the gguf package; the activations are quantized to int8 per 32 values exactly as the kernel
 does (the kernels take them times their scale in f16, and f16 sums), so only float rounding is left. Shapes cover a partial last row tile, a
-superblock count that does not divide among the block's warps, and every column-tile count.
+superblock count that does not divide among the block's warps, every column-tile count, and Q8_0
+rows whose last 256-value step is partial.
 Runs with LUCE_TEST_DEVICE=cuda:N on a luce built with its CUDA kernels.
 """
 from __future__ import annotations
@@ -118,9 +119,41 @@ def test_a_column_does_not_depend_on_the_call_width(qtype):
     assert np.array_equal(y5, y16[:5])
 
 
+@pytest.mark.parametrize("k", [64, 192, 576, 2880])
+@pytest.mark.parametrize("n", [1, 8, 9, 16])
+def test_q8_0_rows_of_partial_steps(k, n):
+    """Q8_0 rows of a multiple of 64 values but not of 256 (SmolLM2 and its draft: 576, 2880): the
+    last 256-value step has 2, 4 or 6 of its 8 blocks; the rest must add nothing and never be read
+    past the row (the next row's blocks, or past the tensor's end for the last row)."""
+    assert_matches_reference(QT.Q8_0, nrows=72, k=k, n=n, seed=k + n)
+
+
+@pytest.mark.parametrize("geometry", [(1, 3, 2), (2, 12, 3), (4, 2, 4)], ids=lambda g: "x".join(map(str, g)))
+def test_q8_0_partial_step_in_every_k_split(geometry):
+    """The partial step is the last of the last K split, whatever the split count."""
+    assert_matches_reference(QT.Q8_0, nrows=200, k=2880, n=9, seed=sum(geometry), geometry=geometry)
+
+
+def test_q8_0_partial_steps_do_not_depend_on_the_call_width():
+    """SmolLM2's output matrix (49,152 rows of 576): a token's logits are the same bits alone and
+    among 16, as the engine relies on for decode steps against verifies."""
+    rng = np.random.default_rng(5)
+    nrows, k = 49152, 576
+    w = random_blocks(rng, QT.Q8_0, nrows, k).tobytes()
+    x = rng.standard_normal((16, k)).astype(np.float32)
+    y16 = _core.cuda_small_gemm(device_index(), int(QT.Q8_0), w, nrows, k, x)
+    y1 = _core.cuda_small_gemm(device_index(), int(QT.Q8_0), w, nrows, k, x[:1])
+    assert np.array_equal(y1[0], y16[0])
+
+
 def test_rejects_what_it_cannot_run():
     w = random_blocks(np.random.default_rng(0), QT.Q4_K, 16, 256)
     with pytest.raises(Exception, match="multiple of 256"):
         _core.cuda_small_gemm(device_index(), int(QT.Q4_K), w.tobytes(), 16, 255, np.zeros((2, 255), np.float32))
+    with pytest.raises(Exception, match="multiple of 256"):   # Q4_K takes whole superblocks only
+        _core.cuda_small_gemm(device_index(), int(QT.Q4_K), w.tobytes(), 2, 576, np.zeros((2, 576), np.float32))
+    q8 = random_blocks(np.random.default_rng(0), QT.Q8_0, 16, 96)
+    with pytest.raises(Exception, match="multiple of 64"):   # an odd block count: rows only 2-byte aligned
+        _core.cuda_small_gemm(device_index(), int(QT.Q8_0), q8.tobytes(), 16, 96, np.zeros((2, 96), np.float32))
     with pytest.raises(Exception, match="Q4_K, Q6_K and Q8_0"):
         _core.cuda_small_gemm(device_index(), int(QT.Q5_K), w.tobytes(), 16, 256, np.zeros((2, 256), np.float32))

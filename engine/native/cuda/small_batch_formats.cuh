@@ -115,8 +115,10 @@ __device__ __forceinline__ void q4k_scales(const Q4KRows & cur, float (&d)[2], f
 // What every Q4_K format of the kernels shares: the block size and how a thread loads its part.
 struct Q4KBlocks {
     static constexpr int kBytes = kQ4KBytes;
+    static constexpr bool kPartialSteps = false;   // rows are whole superblocks
     using Rows = Q4KRows;
-    static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q4k(r, a, b, t); }
+    // blocks: Q8_0 blocks of a partial last step (K-quant rows are whole superblocks)
+    static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t, int /*blocks*/) { load_q4k(r, a, b, t); }
 };
 
 // ---- Q4_K on f16 tensor cores ---------------------------------------------------------------------
@@ -261,8 +263,9 @@ __device__ __forceinline__ uint32_t q6k_values(const Q6KRows & cur, int r, int G
 // What every Q6_K format of the kernels shares: the block size and how a thread loads its part.
 struct Q6KBlocks {
     static constexpr int kBytes = kQ6KBytes;
+    static constexpr bool kPartialSteps = false;
     using Rows = Q6KRows;
-    static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) { load_q6k(r, a, b, t); }
+    static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t, int /*blocks*/) { load_q6k(r, a, b, t); }
 };
 
 // Q6_K on f16 tensor cores: q - 32 as exact f16, one m16n8k16 mma per 16-value group against the
@@ -305,19 +308,25 @@ struct Q6KHalf : Q6KBlocks {
 
 // ---- Q8_0: y = d*q per 32-value block --------------------------------------------------------------
 // The kernels step through K 256 values at a time: 8 blocks (272 bytes, so a step starts 16-byte
-// aligned in rows of a multiple of 256 values). Thread t of a quad holds, per block b and word h,
+// aligned in rows of a multiple of 256 values; 4-byte aligned in rows of a multiple of 64). Thread t of a quad holds, per block b and word h,
 // qs bytes [8t + 4h, +4) of rows g and g + 8: the values xh_index places at sub-block b, word h.
 struct Q80Rows {
     uint32_t q[2][2 * kQ80Blocks];   // [row][2b + h]
     uint32_t d[2][kQ80Blocks / 2];   // [row][m]: the f16 scales of blocks 2m, 2m + 1
 };
 
-// Block b's qs start 2 bytes into it: 4-aligned for odd b, 2 mod 4 for even b (34b + 2).
-__device__ __forceinline__ void load_q80_row(uint32_t (&q)[2 * kQ80Blocks], uint32_t (&d)[kQ80Blocks / 2], const uint8_t * p, int t) {
+// Block b's qs start 2 bytes into it: 4-aligned for odd b, 2 mod 4 for even b (34b + 2). A partial
+// last step (rows of k % 256 != 0) has `blocks` < 8 blocks, an even number: the rest read as zeros
+// (never past the row: the next row's bytes, or the end of the tensor), and their activations are
+// zeros too (quantize_columns), so they add nothing.
+__device__ __forceinline__ void load_q80_row(uint32_t (&q)[2 * kQ80Blocks], uint32_t (&d)[kQ80Blocks / 2], const uint8_t * p, int t,
+                                             int blocks) {
 #pragma unroll
     for (int b = 0; b < kQ80Blocks; ++b) {
         const uint8_t * qs = p + kQ80Bytes * b + 2 + 8 * t;
-        if (b % 2) {
+        if (b >= blocks) {
+            q[2 * b] = q[2 * b + 1] = 0;
+        } else if (b % 2) {
             q[2 * b] = ldg_u32(qs);
             q[2 * b + 1] = ldg_u32(qs + 4);
         } else {
@@ -330,16 +339,17 @@ __device__ __forceinline__ void load_q80_row(uint32_t (&q)[2 * kQ80Blocks], uint
     // bytes further (its block starts at 34)
 #pragma unroll
     for (int m = 0; m < kQ80Blocks / 2; ++m) {
-        d[m] = __byte_perm(ldg_u32(p + 2 * kQ80Bytes * m), ldg_u32(p + 2 * kQ80Bytes * m + 32), 0x7610);
+        d[m] = 2 * m < blocks ? __byte_perm(ldg_u32(p + 2 * kQ80Bytes * m), ldg_u32(p + 2 * kQ80Bytes * m + 32), 0x7610) : 0u;
     }
 }
 
 struct Q80Blocks {
     static constexpr int kBytes = kQ80Blocks * kQ80Bytes;
+    static constexpr bool kPartialSteps = false;
     using Rows = Q80Rows;
-    static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t) {
-        load_q80_row(r.q[0], r.d[0], a, t);
-        load_q80_row(r.q[1], r.d[1], b, t);
+    static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t, int blocks) {
+        load_q80_row(r.q[0], r.d[0], a, t, blocks);
+        load_q80_row(r.q[1], r.d[1], b, t, blocks);
     }
 };
 
@@ -392,6 +402,12 @@ struct Q80Half : Q80Blocks {
             }
         }
     }
+};
+
+// Q8_0 rows of k % 256 != 0: a kernel of its own takes the partial last step after its loop over
+// whole ones, so that the kernels of whole steps keep their registers.
+struct Q80HalfPartial : Q80Half {
+    static constexpr bool kPartialSteps = true;
 };
 
 } // namespace

@@ -23,16 +23,17 @@ constexpr int kWarps = 8;         // warps per block, splitting one row tile's s
 constexpr int kThreads = 32 * kWarps;
 
 // One warp per (32 values, column): q8_1's int8 quantization (scale amax/127), written as q * d in
-// f16 in xh_index's order, and the sum of the float values as f16.
+// f16 in xh_index's order, and the sum of the float values as f16. The blocks past k that fill a
+// partial last 256-value step are written as zeros (the weights' missing blocks meet them).
 __global__ void quantize_columns(const float * __restrict__ x, int64_t x_stride, int n, int n_pad, int64_t k,
                                  __half * __restrict__ xh, __half * __restrict__ xsum) {
     const int64_t pair = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;   // (32-block, column), column fastest
     const int lane = threadIdx.x % 32;
-    const int64_t n_blocks = k / 32;
+    const int64_t n_blocks = (k + kQK - 1) / kQK * 8;
     if (pair >= n_blocks * n) return;
     const int col = int(pair % n);
     const int64_t b = pair / n;
-    const float v = x[col * x_stride + b * 32 + lane];
+    const float v = b * 32 < k ? x[col * x_stride + b * 32 + lane] : 0.0f;
     float amax = fabsf(v);
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float d = amax / 127.0f;
@@ -106,7 +107,7 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[NT][4], float * __
 // the registers); without, MINB blocks an SM hide the loads by their number.
 template <class Format, int NT, int R, bool PREFETCH, int MINB>
 __global__ void __launch_bounds__(kThreads, MINB) gemm_small(const uint8_t * __restrict__ w, size_t row_bytes, int64_t nrows,
-                                                             int64_t n_super, int64_t per_split, const QuantizedCols cols,
+                                                             int64_t n_super, int last_blocks, int64_t per_split, const QuantizedCols cols,
                                                              float * __restrict__ y, int64_t y_stride, float * __restrict__ partial,
                                                              uint32_t * __restrict__ counters) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -121,20 +122,29 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_small(const uint8_t * __r
 
     typename Format::Rows cur, next;
     int64_t i = int64_t(blockIdx.y) * per_split + ks;
-    if (PREFETCH && i < end) Format::load(cur, wa + i * Format::kBytes, wb + i * Format::kBytes, t);
-    for (; i < end; i += step) {
+    // whole steps in the loop; Q8_0's partial last step (last_blocks < 8, in a kernel of its own)
+    // after it, by the warp whose turn it is, so the loop keeps its registers
+    int64_t end_whole = end;
+    if constexpr (Format::kPartialSteps) end_whole = min(end, n_super - 1);
+    if (PREFETCH && i < end_whole) Format::load(cur, wa + i * Format::kBytes, wb + i * Format::kBytes, t, kQ80Blocks);
+    for (; i < end_whole; i += step) {
         if (!PREFETCH) {
-            Format::load(cur, wa + i * Format::kBytes, wb + i * Format::kBytes, t);
-        } else if (i + step < end) {
-            Format::load(next, wa + (i + step) * Format::kBytes, wb + (i + step) * Format::kBytes, t);
+            Format::load(cur, wa + i * Format::kBytes, wb + i * Format::kBytes, t, kQ80Blocks);
+        } else if (i + step < end_whole) {
+            Format::load(next, wa + (i + step) * Format::kBytes, wb + (i + step) * Format::kBytes, t, kQ80Blocks);
         }
         Format::template multiply<NT>(cur, acc, cols, i, g, t);
         if (PREFETCH) cur = next;
+    }
+    if constexpr (Format::kPartialSteps) if (i == n_super - 1 && i < end) {
+        Format::load(cur, wa + i * Format::kBytes, wb + i * Format::kBytes, t, last_blocks);
+        Format::template multiply<NT>(cur, acc, cols, i, g, t);
     }
     reduce_and_store<NT, R>(acc, y, y_stride, block_row0, nrows, cols.n, partial, counters);
 }
 
 int n_tiles(int n) { return (n + 7) / 8; }
+int64_t n_steps(int64_t k) { return (k + kQK - 1) / kQK; }   // 256-value steps, the last maybe partial
 int padded_cols(const SmallGemm & g) { return 8 * n_tiles(g.n); }
 
 // Where small_batch_gemm.h's scratch parts lie for k values and n_pad columns.
@@ -144,7 +154,8 @@ struct ScratchParts {
     uint32_t * counters;
 };
 
-ScratchParts scratch_parts(void * scratch, int64_t k, int n, int n_pad) {
+ScratchParts scratch_parts(void * scratch, int64_t k_real, int n, int n_pad) {
+    const int64_t k = n_steps(k_real) * kQK;   // the activations fill whole steps
     auto * base = static_cast<char *>(scratch);
     ScratchParts p;
     p.cols.xh = reinterpret_cast<const uint4 *>(base);
@@ -160,11 +171,12 @@ ScratchParts scratch_parts(void * scratch, int64_t k, int n, int n_pad) {
 
 template <class Format, int NT, int R, bool PREFETCH, int MINB>
 cudaError_t launch_tiles(const SmallGemm & g, const ScratchParts & p, int splits, cudaStream_t s) {
-    const int64_t n_super = g.k / kQK;
+    const int64_t n_super = n_steps(g.k);
+    const int last_blocks = g.k % kQK == 0 ? kQ80Blocks : int(g.k % kQK / 32);
     const int64_t per_split = (n_super + splits - 1) / splits;
     const dim3 grid(unsigned((g.nrows + kTileRows * R - 1) / (kTileRows * R)), unsigned(splits));
     gemm_small<Format, NT, R, PREFETCH, MINB><<<grid, kThreads, 0, s>>>(static_cast<const uint8_t *>(g.w), g.row_bytes, g.nrows,
-                                                                      n_super, per_split, p.cols, g.y, g.y_stride, p.partial,
+                                                                      n_super, last_blocks, per_split, p.cols, g.y, g.y_stride, p.partial,
                                                                       p.counters);
     return cudaGetLastError();
 }
@@ -194,7 +206,7 @@ template <int NT>
 cudaError_t launch(const SmallGemm & g, const ScratchParts & p, SmallGemmGeometry geo, cudaStream_t s) {
     switch (g.type) {
         case kTypeQ6K: return launch_format<Q6KHalf, NT>(g, p, geo, s);
-        case kTypeQ80: return launch_format<Q80Half, NT>(g, p, geo, s);
+        case kTypeQ80: return g.k % kQK == 0 ? launch_format<Q80Half, NT>(g, p, geo, s) : launch_format<Q80HalfPartial, NT>(g, p, geo, s);
         default: return launch_format<Q4KHalf, NT>(g, p, geo, s);
     }
 }
@@ -211,7 +223,7 @@ int max_splits(const SmallGemm & g, int row_tiles) {
 SmallGemmGeometry valid_geometry(const SmallGemm & g, SmallGemmGeometry geo) {
     if (geo.row_tiles != 1 && geo.row_tiles != 2 && geo.row_tiles != 4 && geo.row_tiles != 8) geo.row_tiles = 1;
     if (geo.blocks_per_sm != 3 && geo.blocks_per_sm != 4) geo.blocks_per_sm = 2;
-    const int n_super = int(g.k / kQK);
+    const int n_super = int(n_steps(g.k));
     geo.k_splits = std::max(1, std::min({geo.k_splits, max_splits(g, geo.row_tiles), n_super}));
     return geo;
 }
@@ -225,6 +237,11 @@ size_t small_gemm_step_bytes(int ggml_type) {
         case kTypeQ80: return size_t(kQ80Blocks) * kQ80Bytes;
         default: return 0;
     }
+}
+
+size_t small_gemm_row_bytes(int ggml_type, int64_t k) {
+    if (!small_gemm_takes(ggml_type, k)) return 0;
+    return ggml_type == kTypeQ80 ? size_t(k / 32) * kQ80Bytes : size_t(k / kQK) * small_gemm_step_bytes(ggml_type);
 }
 
 // Chosen from bench/gpu/small_gemm_bench.cu's sweep on the H200 (bench/RESULTS.md). The row tiles and
@@ -244,17 +261,17 @@ SmallGemmGeometry small_gemm_geometry(const SmallGemm & g) {
     const int64_t sms = std::max(1, g.n_sm), blocks = row_blocks(g, geo.row_tiles);
     if (blocks < sms) {
         const int64_t by_fill = (2 * sms + blocks - 1) / blocks;
-        const int64_t by_length = std::max<int64_t>(1, g.k / kQK / kWarps);   // a superblock a warp at least
+        const int64_t by_length = std::max<int64_t>(1, n_steps(g.k) / kWarps);   // a superblock a warp at least
         geo.k_splits = int(std::min(by_fill, by_length));
     }
     return valid_geometry(g, geo);
 }
 
 int small_gemm_quantize(const SmallGemm & g, void * scratch, void * stream) {
-    if (g.n < 1 || g.n > kSmallGemmMaxCols || g.k % kQK != 0) return int(cudaErrorInvalidValue);
+    if (g.n < 1 || g.n > kSmallGemmMaxCols || !small_gemm_takes(g.type, g.k)) return int(cudaErrorInvalidValue);
     const int n_pad = padded_cols(g);
     const QuantizedCols c = scratch_parts(scratch, g.k, g.n, n_pad).cols;
-    const int64_t pairs = (g.k / 32) * g.n;   // the padding columns are never read
+    const int64_t pairs = n_steps(g.k) * 8 * g.n;   // the padding columns are never read
     quantize_columns<<<unsigned((pairs + kWarps - 1) / kWarps), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
         g.x, g.x_stride, g.n, n_pad, g.k, reinterpret_cast<__half *>(const_cast<uint4 *>(c.xh)),
         reinterpret_cast<__half *>(const_cast<uint32_t *>(c.xsum)));
@@ -262,7 +279,7 @@ int small_gemm_quantize(const SmallGemm & g, void * scratch, void * stream) {
 }
 
 int small_gemm_multiply(const SmallGemm & g, void * scratch, void * stream, SmallGemmGeometry geometry) {
-    if (!small_gemm_supports(g.type) || g.n < 1 || g.n > kSmallGemmMaxCols || g.k % kQK != 0) {
+    if (!small_gemm_takes(g.type, g.k) || g.n < 1 || g.n > kSmallGemmMaxCols) {
         return int(cudaErrorInvalidValue);
     }
     const SmallGemmGeometry geo = valid_geometry(g, geometry.row_tiles == 0 ? small_gemm_geometry(g) : geometry);

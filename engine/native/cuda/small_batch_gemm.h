@@ -23,13 +23,22 @@ constexpr int kSmallGemmMaxCols = 32;
 // Weight types these kernels take (ggml_type values).
 constexpr int kTypeQ80 = 8, kTypeQ4K = 12, kTypeQ6K = 14;
 constexpr bool small_gemm_supports(int ggml_type) { return ggml_type == kTypeQ80 || ggml_type == kTypeQ4K || ggml_type == kTypeQ6K; }
+// The row lengths k they take: whole superblocks of 256 for Q4_K and Q6_K; for Q8_0 any multiple of
+// 64 (rows of an even number of 34-byte blocks stay 4-byte aligned), the last 256-value step partial
+// (SmolLM2's and its draft's k = 576 and 2880).
+constexpr int small_gemm_k_multiple(int ggml_type) { return ggml_type == kTypeQ80 ? 64 : 256; }
+constexpr bool small_gemm_takes(int ggml_type, int64_t k) {
+    return small_gemm_supports(ggml_type) && k > 0 && k % small_gemm_k_multiple(ggml_type) == 0;
+}
 // Bytes of one row's 256 values in that type (0 for a type the kernels do not take).
 size_t small_gemm_step_bytes(int ggml_type);
+// Bytes of a row of k values in that type (0 for a type the kernels do not take).
+size_t small_gemm_row_bytes(int ggml_type, int64_t k);
 
 struct SmallGemm {
     int type;                 // ggml_type of the weights
     const void * w;           // device pointer: nrows rows of k values, row_bytes apart
-    int64_t nrows, k;         // k a multiple of 256
+    int64_t nrows, k;         // small_gemm_takes(type, k)
     size_t row_bytes;
     const float * x;          // device pointer: n columns of k floats, x_stride floats apart
     int64_t x_stride;
@@ -58,9 +67,11 @@ SmallGemmGeometry small_gemm_geometry(const SmallGemm & g);
 // one counter per block row.
 constexpr size_t kSmallGemmSplitBytes = size_t(8) << 20;
 constexpr int kSmallGemmSplitRowBlocks = 8192;
+// k counts whole 256-value steps: a partial last step's missing values are quantized as zeros.
 inline size_t small_gemm_scratch_bytes(int64_t k, int n) {
     const size_t n_pad = size_t(8 * ((n + 7) / 8));
-    const size_t activations = n_pad * size_t(k) * 2 + size_t(k / 32) * n_pad * 2;
+    const int64_t k_steps = (k + 255) / 256 * 256;
+    const size_t activations = n_pad * size_t(k_steps) * 2 + size_t(k_steps / 32) * n_pad * 2;
     return (activations + 255) / 256 * 256 + kSmallGemmSplitBytes + kSmallGemmSplitRowBlocks * sizeof(uint32_t);
 }
 

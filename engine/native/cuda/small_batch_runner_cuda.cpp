@@ -106,7 +106,7 @@ bool replaceable(const ggml_tensor * t) {
     const ggml_tensor * x = t->src[1];
     if (!cuda::small_gemm_supports(int(w->type)) || x->type != GGML_TYPE_F32 || t->type != GGML_TYPE_F32) return false;
     if (w->ne[2] != 1 || w->ne[3] != 1 || x->ne[2] != 1 || x->ne[3] != 1) return false;
-    if (x->ne[1] < kMinTokens || x->ne[1] > kMaxTokens || w->ne[0] % 256 != 0 || x->ne[0] != w->ne[0]) return false;
+    if (x->ne[1] < kMinTokens || x->ne[1] > kMaxTokens || !cuda::small_gemm_takes(int(w->type), w->ne[0]) || x->ne[0] != w->ne[0]) return false;
     if (w->nb[0] != ggml_type_size(w->type) || x->nb[0] != sizeof(float) || t->nb[0] != sizeof(float)) return false;
     if (x->nb[1] % sizeof(float) != 0 || t->nb[1] % sizeof(float) != 0) return false;
     // Q4_K: 16-byte block headers; Q8_0: 4-byte words at known offsets of 272-byte steps; Q6_K: 2-byte fields
@@ -434,14 +434,16 @@ extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, c
     return luce::guarded([&] {
         REQUIRE(w && x && y && nrows > 0 && k > 0, "weights, activations and output are required");
         REQUIRE(luce::cuda::small_gemm_supports(ggml_type), "the small-batch kernels take Q4_K, Q6_K and Q8_0 weights");
-        REQUIRE(k % 256 == 0 && n >= 1 && n <= luce::cuda::kSmallGemmMaxCols, "k must be a multiple of 256 and n 1..32");
+        REQUIRE(luce::cuda::small_gemm_takes(ggml_type, k), ggml_type == luce::cuda::kTypeQ80 ? "k must be a multiple of 64 for Q8_0"
+                                                                                               : "k must be a multiple of 256 for Q4_K and Q6_K");
+        REQUIRE(n >= 1 && n <= luce::cuda::kSmallGemmMaxCols, "n must be 1..32");
         cudaDeviceProp prop{};
         if (cudaSetDevice(device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess ||
             prop.major * 10 + prop.minor < luce::cuda::kSmallGemmMinCC) {
             cudaGetLastError();
             throw Error(LUCE_ERR_UNSUPPORTED, "CUDA device " + std::to_string(device) + " cannot run the small-batch kernels");
         }
-        const size_t row_bytes = size_t(k / 256) * luce::cuda::small_gemm_step_bytes(ggml_type);
+        const size_t row_bytes = luce::cuda::small_gemm_row_bytes(ggml_type, k);
         const size_t w_bytes = row_bytes * size_t(nrows), x_bytes = sizeof(float) * size_t(k) * size_t(n),
                      y_bytes = sizeof(float) * size_t(nrows) * size_t(n);
         const size_t s_bytes = luce::cuda::small_gemm_scratch_bytes(k, n);

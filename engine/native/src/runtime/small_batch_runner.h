@@ -36,7 +36,7 @@ inline size_t small_batch_scratch_bound(int64_t k_max) {
 // Whether the kernels could take a matmul with weight w (its type and row length): a model or draft
 // without such a weight never replaces a matmul, so its runner allocates no scratch.
 inline bool small_batch_kernels_may_take(const ggml_tensor * w) {
-    return w && ggml_n_dims(w) == 2 && cuda::small_gemm_supports(int(w->type)) && w->ne[0] % 256 == 0;
+    return w && ggml_n_dims(w) == 2 && cuda::small_gemm_takes(int(w->type), w->ne[0]);
 }
 // The same for any weight of a context of weight tensors (a model's or a draft's headers).
 inline bool small_batch_kernels_may_take_any(ggml_context * weights) {
