@@ -5,7 +5,7 @@
 // own (see bench/gpu/suite_kernels.sh), as the before column.
 //
 //   nvcc -arch=sm_90 -O3 -std=c++17 -I engine/native/cuda bench/gpu/small_gemm_bench.cu \
-//        engine/native/cuda/small_batch_gemm.cu -o small_gemm_bench && ./small_gemm_bench [csv]
+//        engine/native/cuda/small_batch_gemm.cu -o small_gemm_bench && ./small_gemm_bench [csv [name part]]
 //
 // Weights are random blocks (f16 scales in a sane range); every shape is copied until the copies
 // exceed the L2 cache several times, and the timed calls rotate among them.
@@ -55,10 +55,13 @@ const Shape kShapes[] = {
     // the DFlash draft's (Q8_0; fc takes the 5 captured layers' features)
     {"draft fc (q8)", 8, 5120, 25600},      {"draft q (q8)", 8, 4096, 5120},        {"draft k (q8)", 8, 1024, 5120},
     {"draft out (q8)", 8, 5120, 4096},      {"draft gate (q8)", 8, 17408, 5120},    {"draft down (q8)", 8, 5120, 17408},
+    // SmolLM2-135M's output matrix and its shipped draft (Q8_0, k = 576 / 2880: a partial last step)
+    {"smol output (q8)", 8, 49152, 576},    {"smol draft fc (q8)", 8, 576, 2880},   {"smol draft q (q8)", 8, 576, 576},
+    {"smol draft k (q8)", 8, 192, 576},     {"smol draft gate (q8)", 8, 1536, 576}, {"smol draft down (q8)", 8, 576, 1536},
 };
 
-// bytes of one row's 256 values
-size_t block_bytes(int type) { return luce::cuda::small_gemm_step_bytes(type); }
+size_t row_bytes(const Shape & s) { return luce::cuda::small_gemm_row_bytes(s.type, s.k); }
+int64_t n_steps(const Shape & s) { return (s.k + 255) / 256; }   // 256-value steps, the last maybe partial
 
 uint16_t f16(float v) {
     const __half h = __float2half(v);
@@ -68,19 +71,17 @@ uint16_t f16(float v) {
 }
 
 std::vector<uint8_t> random_weights(const Shape & s, std::mt19937 & rng) {
-    const size_t bb = block_bytes(s.type), nb = size_t(s.rows) * size_t(s.k / 256);
-    std::vector<uint8_t> w(nb * bb);
+    std::vector<uint8_t> w(size_t(s.rows) * row_bytes(s));
     std::uniform_int_distribution<int> byte(0, 255);
     std::uniform_real_distribution<float> d(1e-3f, 1e-2f);
     for (auto & b : w) b = uint8_t(byte(rng));
+    const bool q80 = s.type == 8;   // blocks of 34 bytes, each led by its d; K-quants: superblocks
+    const size_t bb = q80 ? 34 : luce::cuda::small_gemm_step_bytes(s.type), nb = w.size() / bb;
     for (size_t i = 0; i < nb; ++i) {
         uint8_t * blk = w.data() + i * bb;
         const uint16_t dd = f16(d(rng)), dm = f16(d(rng));
-        if (s.type == 8) {   // 8 blocks of 34 bytes, each led by its d
-            for (int b = 0; b < 8; ++b) {
-                const uint16_t db = f16(d(rng));
-                std::memcpy(blk + 34 * b, &db, 2);
-            }
+        if (q80) {
+            std::memcpy(blk, &dd, 2);
         } else if (s.type == 12) {
             std::memcpy(blk, &dd, 2);
             std::memcpy(blk + 2, &dm, 2);
@@ -173,7 +174,7 @@ int run_one(char ** a) {
     const size_t sb = luce::cuda::small_gemm_scratch_bytes(s.k, n);
     CHECK(cudaMalloc(&scratch, sb));
     CHECK(cudaMemset(scratch, 0, sb));
-    luce::cuda::SmallGemm g{s.type, dw[0], s.rows, s.k, size_t(s.k / 256) * block_bytes(s.type), dx, s.k, n, dy, s.rows};
+    luce::cuda::SmallGemm g{s.type, dw[0], s.rows, s.k, row_bytes(s), dx, s.k, n, dy, s.rows};
     CHECK(cudaError_t(luce::cuda::small_gemm_quantize(g, scratch, nullptr)));
     const float ms = time_calls(copies, 5, [&](int c) {
         g.w = dw[c];
@@ -186,6 +187,7 @@ int run_one(char ** a) {
 int main(int argc, char ** argv) {
     if (argc == 9 && std::strcmp(argv[1], "--one") == 0) return run_one(argv + 2);
     FILE * csv = argc > 1 ? std::fopen(argv[1], "w") : nullptr;
+    const char * only = argc > 2 ? argv[2] : nullptr;   // shapes whose name contains this
     if (csv) std::fprintf(csv, "shape,type,rows,k,n,row_tiles,k_splits,depth,us,gbps,rel_diff\n");
     cudaDeviceProp prop{};
     CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -219,6 +221,7 @@ int main(int argc, char ** argv) {
     std::vector<Row> table;
 
     for (const Shape & s : kShapes) {
+        if (only && !std::strstr(s.name, only)) continue;
         const std::vector<uint8_t> host_w = random_weights(s, rng);
         const size_t w_bytes = host_w.size();
         const int copies = int(std::max<size_t>(1, (size_t(400) << 20) / w_bytes + 1));
@@ -251,7 +254,7 @@ int main(int argc, char ** argv) {
             g.w = dw[0];
             g.nrows = s.rows;
             g.k = s.k;
-            g.row_bytes = size_t(s.k / 256) * block_bytes(s.type);
+            g.row_bytes = row_bytes(s);
             g.x = dx;
             g.x_stride = s.k;
             g.n = n;
@@ -289,7 +292,7 @@ int main(int argc, char ** argv) {
             for (int di = 0; di < 3; ++di)
             for (int rt : tiles) {
                 for (int ksp : splits) {
-                    if (ksp > s.k / 256) continue;
+                    if (ksp > n_steps(s)) continue;
                     const luce::cuda::SmallGemmGeometry geo{rt, ksp, depths[di]};
                     CHECK(cudaMemset(dy, 0xff, ref.size() * 4));
                     g.w = dw[0];
