@@ -4,8 +4,9 @@ a few budgets, whichever the measurements predict emits tokens fastest on this e
     ms per token(mode) = (draft ms + verify ms(rows of the mode)) / (1 + accepted(mode))
     ms per token(plain) = the ms of a plain step (a one-row decode, nothing drafted)
 
-Costs (StepCosts, injectable): EMAs of the steps that ran, split into injection (per position),
-draft pass and verify (per number of rows, as a chain's verify or a tree's). A verify shape no step
+Costs (StepCosts, injectable): EMAs of the steps that ran, split into injection (a line through
+the injections seen: a part per call and a part per position), draft pass and verify (per number
+of rows, as a chain's verify or a tree's). A verify shape no step
 has run yet is timed by a calibration — one verify of that many rows then commit(0), which changes
 nothing — once per speculator (the app makes one per Engine), and only for a mode that could win on
 a lower bound of its cost. The first two runs of a shape are both measured in full (the first
@@ -25,7 +26,9 @@ Plain vs speculation: while plain wins, only a speculative step can tell that th
 predictable. A probe (one step of the best speculative mode, with candidates) comes after `gap`
 plain steps; gap starts at PROBE_GAP0, doubles after each probe that leaves plain ahead (up to
 PROBE_GAP_MAX) and is never less than the probe's predicted loss over PROBE_SHARE of a plain step,
-so probes cost at most PROBE_SHARE of the decode time. A probe still emits its tokens. It feeds the
+so probes cost at most PROBE_SHARE of the decode time. Acceptance swings from step to step: the
+cap keeps cheap probes frequent, so that a dip that sent auto to plain does not keep it there
+(bench/sim_auto.py measures the policy on recorded acceptance and a device's costs). A probe still emits its tokens. It feeds the
 draft the features of at most PROBE_CONTEXT of the positions decoded plainly since the last
 speculative step (the draft masks positions it was never given), so its cost stays bounded too.
 
@@ -55,22 +58,25 @@ AUTO_TREE_BUDGETS = (8, 16, 32)   # the tree budgets auto weighs (with --tree-bu
 # 16-row verify cost 3.5 ms on the H100 against 1.6 at 5 rows), a CPU's grows with the rows.
 AUTO_CHAIN_LENGTHS = (3, 7)
 PLAIN, CHAIN = "plain", "chain"
-ACC_ALPHA = 0.2          # weight of the newest acceptance count
+ACC_ALPHA = 0.1          # weight of the newest acceptance count (bench/sim_auto.py: 0.2 left on dips)
 COST_ALPHA = 0.2         # weight of the newest cost measurement
+INJECT_ALPHA = 0.05      # ... of an injection in the fit of its cost (sizes vary: probes are large)
 SPIKE = 3.0              # a cost measurement counts as at most this many times the estimate
 PROBE_SHARE = 0.01       # probes' loss as a share of the plain decode time, at most (see decisions.md)
-PROBE_GAP0, PROBE_GAP_MAX = 16, 1024
+PROBE_GAP0, PROBE_GAP_MAX = 16, 32   # the share bound, not this cap, spaces out costly probes
 PROBE_CONTEXT = 256      # a probe feeds the draft at most this many of the positions decoded plainly
 CAND_EVERY = 8           # a chain step computes candidates one step in this many while trees lose
 TREE_NEAR = 1.1          # ... and every step while the best tree is predicted within 10% of the chain
 TRUTH_KEEP = 1024        # the known continuation is pruned when it holds more positions than this
 
 
-def _per_token(draft: float | None, verify: float | None, inject_row: float, acc: float | None) -> float | None:
-    """ms per emitted token of a speculative step (None: a part not known yet)."""
+def _per_token(draft: float | None, verify: float | None, inject_call: float, inject_row: float,
+               acc: float | None) -> float | None:
+    """ms per emitted token of a speculative step (None: a part not known yet); each step feeds the
+    draft the 1 + acc positions the last one emitted, in one injection."""
     if acc is None or draft is None or verify is None:
         return None
-    return (draft + verify + inject_row * (1 + acc)) / (1 + acc)
+    return (draft + verify + inject_call + inject_row * (1 + acc)) / (1 + acc)
 
 
 class StepCosts:
@@ -83,7 +89,11 @@ class StepCosts:
         self.plain: float | None = None
         self.draft: dict[str, float] = {}
         self.verify: dict[tuple[str, int], float] = {}
-        self.inject_row = 0.0                      # per injected context position
+        # an injection of n context positions costs inject_call + n * inject_row: a weighted least-
+        # squares line through the injections seen (a GPU's cost is mostly the call, a CPU's the rows)
+        self.inject_call = 0.0
+        self.inject_row = 0.0
+        self._inject_sums: list[float] | None = None   # EMAs of 1, n, ms, n*n, n*ms
         self.warmup_runs = 2   # runs of each mode auto makes first (the first builds graphs)
         self._seen: collections.Counter = collections.Counter()
         self.calibrated: set[tuple[str, int]] = set()   # values that come from a calibration
@@ -101,9 +111,29 @@ class StepCosts:
     def observe_draft(self, kind: str, ms: float) -> None:
         self.draft[kind] = self._update(("draft", kind), self.draft.get(kind), ms)
 
+    def inject_ms(self, rows: int) -> float:
+        return self.inject_call + self.inject_row * rows if rows > 0 else 0.0
+
     def observe_inject(self, rows: int, ms: float) -> None:
-        if rows > 0:
-            self.inject_row = self._update("inject", self.inject_row or None, ms / rows)
+        if rows <= 0:
+            return
+        self._seen["inject"] += 1
+        if self._inject_sums is not None:   # a stalled step moves the line by at most SPIKE times
+            ms = min(ms, SPIKE * max(self.inject_ms(rows), 1e-6))
+        point = [1.0, float(rows), ms, float(rows) * rows, float(rows) * ms]
+        if self._inject_sums is None:
+            self._inject_sums = point
+        else:
+            self._inject_sums = [s + INJECT_ALPHA * (x - s) for s, x in zip(self._inject_sums, point)]
+        w, n, y, nn, ny = self._inject_sums
+        mean_n, mean_y = n / w, y / w
+        var = nn / w - mean_n * mean_n
+        slope = (ny / w - mean_n * mean_y) / var if var > 1e-9 * max(1.0, mean_n * mean_n) else None
+        if slope is None or slope < 0 or mean_y - slope * mean_n < 0:
+            # one size seen (or no line fits): the cost as per position, as a per-row bound
+            self.inject_call, self.inject_row = 0.0, mean_y / mean_n
+        else:
+            self.inject_call, self.inject_row = mean_y - slope * mean_n, slope
 
     def observe_verify(self, kind: str, rows: int, ms: float, *, calibration: bool = False) -> None:
         key = (kind, rows)
@@ -134,9 +164,10 @@ class FixedCosts(StepCosts):
     """Costs given, never measured (tests: deterministic choices)."""
 
     def __init__(self, plain: float, draft: dict[str, float], verify: dict[tuple[str, int], float],
-                 inject_row: float = 0.0):
+                 inject_row: float = 0.0, inject_call: float = 0.0):
         super().__init__()
-        self.plain, self.draft, self.verify, self.inject_row = plain, dict(draft), dict(verify), inject_row
+        self.plain, self.draft, self.verify = plain, dict(draft), dict(verify)
+        self.inject_row, self.inject_call = inject_row, inject_call
         self.warmup_runs = 0
 
     def observe_plain(self, ms): pass
@@ -297,15 +328,16 @@ class AdaptiveSpeculator(ChainSpeculator):
         if mode == PLAIN:
             return self.costs.plain
         verify = self.costs.verify_ms(self._kind(mode), self._rows(mode)) if verify_ms is None else verify_ms
-        return _per_token(self._draft_ms(mode), verify, self.costs.inject_row, self.acceptance.get(mode))
+        return _per_token(self._draft_ms(mode), verify, self.costs.inject_call, self.costs.inject_row,
+                          self.acceptance.get(mode))
 
     def predictions(self) -> dict[str, float | None]:
         """predict() of every mode, in self.modes' order (one pass: this runs every step)."""
-        costs, acc, inject = self.costs, self.acceptance, self.costs.inject_row
+        costs, acc, call, row = self.costs, self.acceptance, self.costs.inject_call, self.costs.inject_row
         draft = {kind: costs.draft_ms(kind) for kind in {self._chain_kind, "candidates"}}
         out = {PLAIN: costs.plain}
         for m, draft_kind, kind, rows in self._mode_keys:
-            out[m] = _per_token(draft[draft_kind], costs.verify_ms(kind, rows), inject, acc.get(m))
+            out[m] = _per_token(draft[draft_kind], costs.verify_ms(kind, rows), call, row, acc.get(m))
         return out
 
     def choose(self) -> tuple[str, bool]:
@@ -340,7 +372,7 @@ class AdaptiveSpeculator(ChainSpeculator):
         # a probe: its loss against plain, bounded to PROBE_SHARE of the plain time between probes
         self._plain_run = 0
         emitted = 1 + self.acceptance[best_spec]
-        catch_up = min(self.engine.n_past - self._injected, PROBE_CONTEXT) * costs.inject_row
+        catch_up = costs.inject_ms(min(self.engine.n_past - self._injected, PROBE_CONTEXT))
         loss = max(0.0, (spec[best_spec] - pred[PLAIN]) * emitted) + catch_up
         self._gap = max(min(2 * self._gap, PROBE_GAP_MAX), math.ceil(loss / (PROBE_SHARE * pred[PLAIN])))
         return best_spec, True
