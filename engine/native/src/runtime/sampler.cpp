@@ -77,6 +77,37 @@ static void keep_top_p(std::vector<Candidate> & c, float top_p) {
     c.erase(cut == c.begin() ? cut + 1 : cut, c.end());
 }
 
+// The k best of the vocabulary (penalised logits where changed), best first: a heap of k that
+// rejects most tokens with one comparison, read straight from the logits (building all n_vocab
+// candidates first cost more than the selection on a 248K vocabulary). The same candidates, in the
+// same order, as a partial sort of all of them by by_logit_desc.
+static std::vector<Candidate> top_k_candidates(const float * logits, int32_t n_vocab, int32_t k,
+                                               const std::unordered_map<int32_t, float> & changed) {
+    std::vector<Candidate> heap;   // by_logit_desc as "less": front() is the worst kept
+    heap.reserve(size_t(k));
+    const auto offer = [&](int32_t id, float l) {
+        const Candidate x{id, l, 0.0f};
+        if (int32_t(heap.size()) < k) {
+            heap.push_back(x);
+            std::push_heap(heap.begin(), heap.end(), by_logit_desc);
+        } else if (by_logit_desc(x, heap.front())) {
+            std::pop_heap(heap.begin(), heap.end(), by_logit_desc);
+            heap.back() = x;
+            std::push_heap(heap.begin(), heap.end(), by_logit_desc);
+        }
+    };
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        const float l = logits[i];
+        // most tokens: below the worst kept, by value alone (ties need the id: by_logit_desc)
+        if (int32_t(heap.size()) == k && l < heap.front().logit) continue;
+        if (!changed.empty() && changed.count(i)) continue;   // offered with its penalised logit below
+        offer(i, l);
+    }
+    for (const auto & [id, l] : changed) offer(id, l);
+    std::sort(heap.begin(), heap.end(), by_logit_desc);
+    return heap;
+}
+
 std::vector<Candidate> processed_distribution(const float * logits, int32_t n_vocab, const luce_sampling_params & sp,
                                               const int32_t * history, int32_t n_history) {
     const auto changed = penalized(logits, n_vocab, sp, history, n_history);
@@ -105,19 +136,19 @@ std::vector<Candidate> processed_distribution(const float * logits, int32_t n_vo
         return {{best, best_l, 1.0f}};
     }
 
-    std::vector<Candidate> c(static_cast<size_t>(n_vocab));
-    for (int32_t i = 0; i < n_vocab; ++i) c[size_t(i)] = {i, logits[i], 0.0f};
-    for (const auto & [id, l] : changed) c[size_t(id)].logit = l;
-
-    const bool cut_k = sp.top_k > 0 && size_t(sp.top_k) < c.size();
+    const bool cut_k = sp.top_k > 0 && sp.top_k < n_vocab;
     const bool cut_p = sp.top_p < 1.0f || sp.min_p > 0.0f;
+    std::vector<Candidate> c;
+    if (cut_k) {
+        c = top_k_candidates(logits, n_vocab, sp.top_k, changed);
+    } else {
+        c.resize(static_cast<size_t>(n_vocab));
+        for (int32_t i = 0; i < n_vocab; ++i) c[size_t(i)] = {i, logits[i], 0.0f};
+        for (const auto & [id, l] : changed) c[size_t(id)].logit = l;
+    }
     if (!cut_k && !cut_p) {   // the whole vocabulary: no order needed, sorting it cost ~4 ms a token
         softmax(c, sp.temperature);
         return c;
-    }
-    if (cut_k) {   // a heap of k rejects most of the vocabulary with one comparison
-        std::partial_sort(c.begin(), c.begin() + sp.top_k, c.end(), by_logit_desc);
-        c.resize(size_t(sp.top_k));
     }
     // top-p and min-p look at the distribution before temperature (as llama.cpp's chain does).
     if (cut_p) {
@@ -160,8 +191,34 @@ uint64_t Rng::next() {
 
 double Rng::uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }
 
+// A draw from the whole vocabulary at temperature t (no top-k, top-p or min-p): the arithmetic of
+// softmax() and sample_token()'s walk, in the same order, so the same token for the same u, without
+// building a candidate for every token.
+static int32_t sample_whole_vocabulary(const float * logits, int32_t n_vocab, float temperature,
+                                       const std::unordered_map<int32_t, float> & changed, Rng & rng) {
+    thread_local std::vector<float> e;
+    e.assign(logits, logits + n_vocab);
+    for (const auto & [id, l] : changed) e[size_t(id)] = l;
+    const float inv_t = 1.0f / temperature;
+    float max_l = -INFINITY;
+    for (const float l : e) max_l = std::max(max_l, l);
+    double sum = 0.0;
+    for (float & x : e) { x = std::exp((x - max_l) * inv_t); sum += x; }
+    const double u = rng.uniform();
+    double cum = 0.0;
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        cum += float(e[size_t(i)] / sum);
+        if (u < cum) return i;
+    }
+    return n_vocab - 1;   // u fell in the rounding gap at the very end
+}
+
 int32_t sample_token(const float * logits, int32_t n_vocab, const luce_sampling_params & sp, const int32_t * history,
                      int32_t n_history, Rng & rng) {
+    const bool cut = (sp.top_k > 0 && sp.top_k < n_vocab) || sp.top_p < 1.0f || sp.min_p > 0.0f;
+    if (sp.temperature > 0.0f && !cut && n_vocab > 1) {
+        return sample_whole_vocabulary(logits, n_vocab, sp.temperature, penalized(logits, n_vocab, sp, history, n_history), rng);
+    }
     auto c = processed_distribution(logits, n_vocab, sp, history, n_history);
     if (c.size() == 1) return c.front().id;
     const double u = rng.uniform();
