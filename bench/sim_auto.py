@@ -177,11 +177,24 @@ def run_mode(mode: str, traces: list[dict], costs: dict, eog: frozenset, seed: i
     import luce_engine.spec_auto as spec_auto
     import luce_engine.speculative as speculative
     import luce_engine.tree_speculative as tree_speculative
-    from luce_engine.sampling import Sampling
 
     clock = Clock()
-    for mod in (spec_auto, speculative, tree_speculative):
+    modules = (spec_auto, speculative, tree_speculative)
+    real = [mod.time for mod in modules]
+    for mod in modules:
         mod.time = clock
+    try:
+        return _run(mode, traces, costs, eog, seed, noise, clock)
+    finally:   # the modules' own clock back (a test process goes on using them)
+        for mod, t in zip(modules, real):
+            mod.time = t
+
+
+def _run(mode, traces, costs, eog, seed, noise, clock) -> list[tuple]:
+    import luce_engine.spec_auto as spec_auto
+    import luce_engine.speculative as speculative
+    from luce_engine.sampling import Sampling
+
     eng = StandIn(costs, clock, np.random.default_rng(seed), noise)
     if mode == "auto":
         spec = spec_auto.AdaptiveSpeculator(eng, eng, max_draft=15, tree_budgets=())

@@ -40,6 +40,14 @@ def test_sampled_traces_pay_a_draw_per_emitted_token():
     assert sec * 1e3 == pytest.approx(50 * 1.5)
 
 
+def test_the_modules_keep_their_own_clock():
+    import time
+
+    import luce_engine.spec_auto as spec_auto
+    sim_auto.run_mode("chain7", [trace(20, 3)], COSTS, EOG, 0, 0.0)
+    assert spec_auto.time is time
+
+
 def test_auto_speculates_where_drafts_pay_and_not_where_they_do_not():
     good = sim_auto.run_mode("auto", [trace(200, 7, seed=s) for s in range(3)], COSTS, EOG, 0, 0.0)
     assert sum(r[4]["plain"] for r in good) < 0.1 * sum(r[2] for r in good)
