@@ -33,10 +33,12 @@ import statistics
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.sim_clock import Clock, clock_patched  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bench" / "results" / "auto_overhead_candidates.npz"
@@ -120,19 +122,6 @@ def topk_costs(draft, x0, c, n_depth, repeats=51) -> None:
 
 
 # -- replay -----------------------------------------------------------------------------------------
-class Clock:
-    """A fake time module: perf_counter() is the simulated engine time (seconds)."""
-
-    def __init__(self):
-        self.t = 0.0
-
-    def perf_counter(self) -> float:
-        return self.t
-
-    def spend(self, ms: float) -> None:
-        self.t += ms * 1e-3
-
-
 class FakeModel:
     arch = "llama"
 
@@ -274,38 +263,27 @@ def one_pass(runs, digest=None, by_mode=None) -> int:
     return steps
 
 
-def patch_clock(clock: Clock) -> None:
-    import luce_engine.spec_auto as sa
-    import luce_engine.speculative as sp
-    import luce_engine.tree_speculative as ts
-
-    fake = types.SimpleNamespace(perf_counter=clock.perf_counter)
-    for m in (sa, sp, ts):
-        m.time = fake
-
-
 def replay(args, modes) -> dict:
     """mode -> (µs per step, steps per pass, digest, auto's [steps, s] by the mode it took, top-k sizes asked)."""
     data = load(args.data)
     budgets = [int(b) for b in args.budgets.split(",")]
     out = {}
     for mode in modes:
-        clock = Clock()
-        patch_clock(clock)
-        runs = make_runs(data, mode, budgets, clock)
-        digest = hashlib.sha256()
-        steps = one_pass(runs, digest)   # the first pass: auto's start-up, calibrations; the digest
-        times = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            n = one_pass(runs)
-            times.append((time.perf_counter() - t0) * 1e6 / n)
-        by_mode: dict = {}
-        if mode.startswith("auto"):
+        with clock_patched(Clock()) as clock:
+            runs = make_runs(data, mode, budgets, clock)
+            digest = hashlib.sha256()
+            steps = one_pass(runs, digest)   # the first pass: auto's start-up, calibrations; the digest
+            times = []
             for _ in range(args.repeats):
-                one_pass(runs, by_mode=by_mode)
-        k_asked = sorted({k for _, sp in runs for k in sp.drafter.k_asked})
-        out[mode] = (statistics.median(times), steps, digest.hexdigest()[:12], by_mode, k_asked)
+                t0 = time.perf_counter()
+                n = one_pass(runs)
+                times.append((time.perf_counter() - t0) * 1e6 / n)
+            by_mode: dict = {}
+            if mode.startswith("auto"):
+                for _ in range(args.repeats):
+                    one_pass(runs, by_mode=by_mode)
+            k_asked = sorted({k for _, sp in runs for k in sp.drafter.k_asked})
+            out[mode] = (statistics.median(times), steps, digest.hexdigest()[:12], by_mode, k_asked)
     return out
 
 
@@ -313,13 +291,12 @@ def replay_only(args) -> None:
     """For callgrind: args.rounds passes of one mode after its first, nothing printed but the steps."""
     data = load(args.data)
     budgets = [int(b) for b in args.budgets.split(",")]
-    clock = Clock()
-    patch_clock(clock)
-    if args.only == "build_tree":
-        n = build_tree_loop(data, budgets, args.rounds)
-    else:
-        runs = make_runs(data, args.only, budgets, clock)
-        n = sum(one_pass(runs) for _ in range(1 + args.rounds))
+    with clock_patched(Clock()) as clock:
+        if args.only == "build_tree":
+            n = build_tree_loop(data, budgets, args.rounds)
+        else:
+            runs = make_runs(data, args.only, budgets, clock)
+            n = sum(one_pass(runs) for _ in range(1 + args.rounds))
     print(f"steps {n}")
 
 

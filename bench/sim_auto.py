@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.sim_clock import Clock, clock_patched  # noqa: E402
 
 # Measured costs in ms (bench/RESULTS.md). verify: rows -> verify + commit; sample: a draw at T > 0
 # (the row's download and the sampler), paid once per emitted token in every mode.
@@ -89,19 +90,6 @@ def record(args) -> None:
 
 
 # --- simulate ----------------------------------------------------------------------------------
-
-class Clock:
-    """spec_auto's, speculative's and tree_speculative's `time`: advanced by the stand-in calls."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-    def spend(self, ms: float) -> None:
-        self.now += ms / 1e3
-
 
 class StandIn:
     """The engine and the drafter at once, over one trace: the target's choice at position p is
@@ -174,20 +162,8 @@ class StandIn:
 
 def run_mode(mode: str, traces: list[dict], costs: dict, eog: frozenset, seed: int, noise: float) -> list[tuple]:
     """(category, temperature, tokens, simulated seconds, tokens by mode) per trace, in order."""
-    import luce_engine.spec_auto as spec_auto
-    import luce_engine.speculative as speculative
-    import luce_engine.tree_speculative as tree_speculative
-
-    clock = Clock()
-    modules = (spec_auto, speculative, tree_speculative)
-    real = [mod.time for mod in modules]
-    for mod in modules:
-        mod.time = clock
-    try:
+    with clock_patched(Clock()) as clock:
         return _run(mode, traces, costs, eog, seed, noise, clock)
-    finally:   # the modules' own clock back (a test process goes on using them)
-        for mod, t in zip(modules, real):
-            mod.time = t
 
 
 def _run(mode, traces, costs, eog, seed, noise, clock) -> list[tuple]:
@@ -207,7 +183,7 @@ def _run(mode, traces, costs, eog, seed, noise, clock) -> list[tuple]:
             spec.attach()
         eng.load(tr)
         sampling = Sampling(temperature=tr["temperature"], seed=1)
-        t0, n, by_mode = clock.now, len(tr["tokens"]), collections.Counter()
+        t0, n, by_mode = clock.t, len(tr["tokens"]), collections.Counter()
         done = 0
         while done < n:
             if mode == "plain":
@@ -217,7 +193,7 @@ def _run(mode, traces, costs, eog, seed, noise, clock) -> list[tuple]:
                 by_mode[spec.last_mode if mode == "auto" else mode] += len(r.tokens)
             done += len(r.tokens)
         if i > 0:
-            rows.append((tr["category"], tr["temperature"], n, clock.now - t0, by_mode))
+            rows.append((tr["category"], tr["temperature"], n, clock.t - t0, by_mode))
     return rows
 
 

@@ -6,8 +6,7 @@ a few budgets, whichever the measurements predict emits tokens fastest on this e
 
 Costs (StepCosts, injectable): EMAs of the steps that ran, split into injection (a line through
 the injections seen: a part per call and a part per position), draft pass and verify (per number
-of rows, as a chain's verify or a tree's). A verify shape no step
-has run yet is timed by a calibration — one verify of that many rows then commit(0), which changes
+of rows, as a chain's verify or a tree's). A verify shape no step has run yet is timed by a calibration — one verify of that many rows then commit(0), which changes
 nothing — once per speculator (the app makes one per Engine), and only for a mode that could win on
 a lower bound of its cost. The first two runs of a shape are both measured in full (the first
 builds its graphs); then the EMA takes over.
@@ -28,9 +27,10 @@ plain steps; gap starts at PROBE_GAP0, doubles after each probe that leaves plai
 PROBE_GAP_MAX) and is never less than the probe's predicted loss over PROBE_SHARE of a plain step,
 so probes cost at most PROBE_SHARE of the decode time. Acceptance swings from step to step: the
 cap keeps cheap probes frequent, so that a dip that sent auto to plain does not keep it there
-(bench/sim_auto.py measures the policy on recorded acceptance and a device's costs). A probe still emits its tokens. It feeds the
-draft the features of at most PROBE_CONTEXT of the positions decoded plainly since the last
-speculative step (the draft masks positions it was never given), so its cost stays bounded too.
+(bench/sim_auto.py measures the policy on recorded acceptance and a device's costs). A probe
+still emits its tokens. It feeds the draft the features of at most PROBE_CONTEXT of the positions
+decoded plainly since the last speculative step (the draft masks positions it was never given), so
+its cost stays bounded too.
 
 Exactness: a plain step is Engine.step (or, with the target's last choice x0 pending after a
 speculative step, the one-row verify of x0 that Engine.step would have decoded), a speculative step
@@ -117,7 +117,6 @@ class StepCosts:
     def observe_inject(self, rows: int, ms: float) -> None:
         if rows <= 0:
             return
-        self._seen["inject"] += 1
         if self._inject_sums is not None:   # a stalled step moves the line by at most SPIKE times
             ms = min(ms, SPIKE * max(self.inject_ms(rows), 1e-6))
         point = [1.0, float(rows), ms, float(rows) * rows, float(rows) * ms]
