@@ -1,6 +1,6 @@
 """Where a decode step and an n-token verify spend their GPU time: kernel totals per step.
 
-    python bench/gpu/profile_kernels.py --model T.gguf --verify 16 [--draft D.gguf]
+    python bench/gpu/profile_kernels.py --model T.gguf --verify 16 [--tree 23] [--draft D.gguf]
 
 Uses torch.profiler (CUPTI), which records every CUDA kernel in the process, including ggml's.
 Prints, per mode, the kernels grouped by name with their summed time per step, the kernel count
@@ -14,6 +14,9 @@ import collections
 import re
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # bench/: bench_tree_verify's trees
 
 from luce_engine import DraftModel, Engine, Model, Sampling
 
@@ -63,14 +66,17 @@ def main() -> int:
     ap.add_argument("--draft", default=None)
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--verify", default="16")
+    ap.add_argument("--tree", default="", help="also tree verifies of these node counts (best-first trees, "
+                    "bench_tree_verify.py's synthetic draft), each discarded with commit(0)")
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args()
 
     sizes = [int(x) for x in args.verify.split(",") if x]
+    trees = [int(x) for x in args.tree.split(",") if x]
     model = Model(args.model, device=args.device)
-    eng = Engine(model, n_ctx=2048, n_verify_max=max(sizes + [16]))
+    eng = Engine(model, n_ctx=2048, n_verify_max=max(sizes + trees + [16]), tree_verify=bool(trees))
     greedy = Sampling()
-    prompt = list(range(1000, 1064))
+    prompt = [t % model.n_vocab for t in range(1000, 1064)]
     eng.prefill(prompt)
 
     def decode():
@@ -80,7 +86,7 @@ def main() -> int:
 
     profile("decode (1 token)", decode, args.steps, eng)
     for n in sizes:
-        batch = list(range(2000, 2000 + n))
+        batch = [t % model.n_vocab for t in range(2000, 2000 + n)]
 
         def verify(batch=batch):
             eng.verify(batch, logits=False)
@@ -90,6 +96,16 @@ def main() -> int:
                 eng.truncate(64)
 
         profile(f"verify {n} + commit", verify, args.steps, eng)
+    for n in trees:
+        import numpy as np
+        from bench_tree_verify import best_first_tree
+        toks, parents = best_first_tree(2000 % model.n_vocab, n, np.random.default_rng(0), min(model.n_vocab, 5000))
+
+        def tree_verify(toks=toks, parents=parents):
+            eng.verify_tree(toks, parents, logits=False)
+            eng.commit(0)
+
+        profile(f"tree verify {n} nodes + commit(0)", tree_verify, args.steps, eng)
     if args.draft:
         draft = DraftModel(args.draft, model)
         import numpy as np
