@@ -77,6 +77,18 @@ def _summary(per_cat, acc_at, steps_k, totals, auto_tokens=None) -> dict:
     }
 
 
+def _auto_state(spec: AdaptiveSpeculator) -> dict:
+    """auto's cost estimates (ms), acceptance estimates and predictions (ms per token) as they stand."""
+    c = spec.costs
+    r3 = lambda v: None if v is None else round(float(v), 3)   # noqa: E731
+    return {"plain": r3(c.plain), "draft": {x: r3(v) for x, v in c.draft.items()},
+            "verify": {f"{kind}{rows}": r3(v) for (kind, rows), v in sorted(c.verify.items())},
+            "inject_call": r3(c.inject_call), "inject_row": r3(c.inject_row),
+            "acceptance": {x: r3(v) for x, v in spec.acceptance.items()},
+            "predicted_ms_per_token": {x: r3(v) for x, v in spec.predictions().items()},
+            "probes": spec.n_probes, "calibrations": spec.n_calibrations}
+
+
 def run(args) -> dict:
     target = args.target or default_model_path()
     draft_path = args.draft or shipped_draft_path()
@@ -146,6 +158,8 @@ def run(args) -> dict:
         for m, _ in modes:
             r = result["modes"][m]["temperatures"][str(temp)] = _summary(
                 acc[m][0], acc[m][1], k, acc[m][2], auto_tokens if isinstance(specs[m], AdaptiveSpeculator) else None)
+            if isinstance(specs[m], AdaptiveSpeculator):   # what auto believed at the end: why it chose
+                r["auto_state"] = _auto_state(specs[m])
             print(f"{m} T={temp}: " + json.dumps({x: v for x, v in r.items() if x != "per_category"}), flush=True)
     if "chain" in result["modes"]:
         result["temperatures"] = result["modes"]["chain"]["temperatures"]   # the layout before tree modes

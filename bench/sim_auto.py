@@ -13,9 +13,10 @@ traces stand for any device (up to batch-shape near-ties).
 prompts in order and T = 0 before T = 0.7 with one speculator each (as the app and the bench keep
 one), on a clock that advances by the device's measured cost of each engine and draft call (COSTS,
 from bench/RESULTS.md, with seeded noise): auto measures those costs as it would measure real ones
-(spec_auto's `time` is this clock), after one unmeasured warm-up reply as the bench has. Reports simulated tok/s and each mode's ratio to plain, per
-temperature and category, and auto's share of tokens per mode. Trees are left out (the traces hold
-the chain's proposals only).
+(spec_auto's `time` is this clock), after one unmeasured warm-up reply as the bench has; `--cold`
+adds the first calls' graph builds and captures. Reports simulated tok/s and each mode's ratio to
+plain, per temperature and category, and auto's share of tokens per mode. Trees are left out (the
+traces hold the chain's proposals only).
 """
 from __future__ import annotations
 
@@ -95,8 +96,11 @@ class StandIn:
     """The engine and the drafter at once, over one trace: the target's choice at position p is
     tokens[p - c0]; the draft's proposals for a step starting at p are proposals[p - c0]."""
 
-    def __init__(self, costs: dict, clock: Clock, rng: np.random.Generator, noise: float):
+    def __init__(self, costs: dict, clock: Clock, rng: np.random.Generator, noise: float,
+                 cold: tuple[float, ...] = ()):
         self.costs, self.clock, self.rng, self.noise = costs, clock, rng, noise
+        self.cold = cold                      # extra ms of a shape's first calls (graph build, capture)
+        self._calls: collections.Counter = collections.Counter()
         self.n_ctx, self.n_verify_max, self.tree_verify = 1 << 20, 16, False
         self.model = type("M", (), {"arch": "llama"})()
         self.capture_layers, self.block_size = (1,), 16
@@ -109,8 +113,13 @@ class StandIn:
         self.n_past = self._rows_at = self.c0
         self.sampled = trace["temperature"] > 0
 
-    def _spend(self, ms: float) -> None:
-        self.clock.spend(ms * float(np.exp(self.rng.normal(0.0, self.noise))))
+    def _spend(self, ms: float, shape=None) -> None:
+        extra = 0.0
+        if shape is not None:
+            n = self._calls[shape]
+            self._calls[shape] += 1
+            extra = self.cold[n] if n < len(self.cold) else 0.0
+        self.clock.spend(ms * float(np.exp(self.rng.normal(0.0, self.noise))) + extra)
 
     def _truth(self, p: int) -> int:
         return self.tokens[min(p - self.c0, len(self.tokens) - 1)]
@@ -130,13 +139,13 @@ class StandIn:
     def step(self, sampling):
         from luce_engine.engine import StepResult
         t = self._truth(self.n_past)
-        self._spend(self.costs["plain"] + (self.costs["sample"] if self.sampled else 0.0))
+        self._spend(self.costs["plain"] + (self.costs["sample"] if self.sampled else 0.0), "step")
         self.n_past += 1
         self._rows_at = self.n_past
         return StepResult([t], [False])
 
     def verify(self, tokens, logits=False, keep_pre_logits=True):
-        self._spend(self._verify_ms(len(tokens)))
+        self._spend(self._verify_ms(len(tokens)), ("verify", len(tokens)))
         self._rows_at = self.n_past + 1   # row i chooses the token at n_past + 1 + i
 
     def commit(self, k: int) -> None:
@@ -156,22 +165,23 @@ class StandIn:
         self._spend(self.costs["inject_call"] + self.costs["inject_row"] * n)
 
     def draft(self, x0: int, pos0: int) -> list[int]:
-        self._spend(self.costs["draft"])
+        self._spend(self.costs["draft"], "draft")
         return self.proposals[min(pos0 - self.c0, len(self.proposals) - 1)]
 
 
-def run_mode(mode: str, traces: list[dict], costs: dict, eog: frozenset, seed: int, noise: float) -> list[tuple]:
+def run_mode(mode: str, traces: list[dict], costs: dict, eog: frozenset, seed: int, noise: float,
+             cold: tuple[float, ...] = ()) -> list[tuple]:
     """(category, temperature, tokens, simulated seconds, tokens by mode) per trace, in order."""
     with clock_patched(Clock()) as clock:
-        return _run(mode, traces, costs, eog, seed, noise, clock)
+        return _run(mode, traces, costs, eog, seed, noise, clock, cold)
 
 
-def _run(mode, traces, costs, eog, seed, noise, clock) -> list[tuple]:
+def _run(mode, traces, costs, eog, seed, noise, clock, cold=()) -> list[tuple]:
     import luce_engine.spec_auto as spec_auto
     import luce_engine.speculative as speculative
     from luce_engine.sampling import Sampling
 
-    eng = StandIn(costs, clock, np.random.default_rng(seed), noise)
+    eng = StandIn(costs, clock, np.random.default_rng(seed), noise, cold)
     if mode == "auto":
         spec = spec_auto.AdaptiveSpeculator(eng, eng, max_draft=15, tree_budgets=())
     elif mode != "plain":
@@ -200,13 +210,15 @@ def _run(mode, traces, costs, eog, seed, noise, clock) -> list[tuple]:
 def simulate(args) -> None:
     data = json.loads(Path(args.traces).read_text())
     traces, costs = data["traces"], COSTS[args.costs]
+    cold = tuple(float(x) for x in args.cold.split(",") if x)
     modes = ["plain", *CHAINS, "auto"]
     tok = collections.defaultdict(float)
     sec = collections.defaultdict(float)
     shares = collections.defaultdict(collections.Counter)
     for seed in range(args.seeds):
         for m in modes:
-            for cat, temp, n, s, by_mode in run_mode(m, traces, costs, frozenset(data["eog"]), seed, args.noise):
+            for cat, temp, n, s, by_mode in run_mode(m, traces, costs, frozenset(data["eog"]), seed, args.noise,
+                                                     cold):
                 for key in ((m, temp, cat), (m, temp, "all")):
                     tok[key] += n
                     sec[key] += s
@@ -238,6 +250,8 @@ def main() -> None:
     s = sub.add_parser("simulate")
     s.add_argument("traces")
     s.add_argument("--costs", default="h100-smollm2", choices=sorted(COSTS))
+    s.add_argument("--cold", default="", help="extra ms of the first calls of each shape (a plain step, a "
+                   "verify of n rows, a draft pass), comma list: e.g. 8,4 = a graph build, then a CUDA graph capture")
     s.add_argument("--seeds", type=int, default=5)
     s.add_argument("--noise", type=float, default=0.05, help="sd of the log-normal noise on every cost")
     args = ap.parse_args()

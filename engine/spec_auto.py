@@ -4,12 +4,13 @@ a few budgets, whichever the measurements predict emits tokens fastest on this e
     ms per token(mode) = (draft ms + verify ms(rows of the mode)) / (1 + accepted(mode))
     ms per token(plain) = the ms of a plain step (a one-row decode, nothing drafted)
 
-Costs (StepCosts, injectable): EMAs of the steps that ran, split into injection (a line through
+Costs (StepCosts, injectable): measured on the steps that ran, split into injection (a line through
 the injections seen: a part per call and a part per position), draft pass and verify (per number
-of rows, as a chain's verify or a tree's). A verify shape no step has run yet is timed by a calibration — one verify of that many rows then commit(0), which changes
-nothing — once per speculator (the app makes one per Engine), and only for a mode that could win on
-a lower bound of its cost. The first two runs of a shape are both measured in full (the first
-builds its graphs); then the EMA takes over.
+of rows, as a chain's verify or a tree's). A verify shape no step has run yet is timed by a
+calibration — one verify of that many rows then commit(0), which changes nothing — once per
+speculator (the app makes one per Engine), and only for a mode that could win on a lower bound of
+its cost. Each cost is a low quantile of its last runs (COST_WINDOW): the first runs of a shape
+build graphs, and a mode priced too high by a slow run is never run again to correct it.
 
 Acceptance, counterfactually: a step that computed the draft's per-depth top-k candidates (every
 tree step, every probe, and one chain step in CAND_EVERY while trees look out of reach) keeps the
@@ -25,7 +26,8 @@ Plain vs speculation: while plain wins, only a speculative step can tell that th
 predictable. A probe (one step of the best speculative mode, with candidates) comes after `gap`
 plain steps; gap starts at PROBE_GAP0, doubles after each probe that leaves plain ahead (up to
 PROBE_GAP_MAX) and is never less than the probe's predicted loss over PROBE_SHARE of a plain step,
-so probes cost at most PROBE_SHARE of the decode time. Acceptance swings from step to step: the
+so probes cost at most PROBE_SHARE of the decode time. While speculation wins, one step in
+PLAIN_CHECK_EVERY is plain, so that plain's cost stays measured too. Acceptance swings from step to step: the
 cap keeps cheap probes frequent, so that a dip that sent auto to plain does not keep it there
 (bench/sim_auto.py measures the policy on recorded acceptance and a device's costs). A probe
 still emits its tokens. It feeds the draft the features of at most PROBE_CONTEXT of the positions
@@ -59,12 +61,19 @@ AUTO_TREE_BUDGETS = (8, 16, 32)   # the tree budgets auto weighs (with --tree-bu
 AUTO_CHAIN_LENGTHS = (3, 7)
 PLAIN, CHAIN = "plain", "chain"
 ACC_ALPHA = 0.1          # weight of the newest acceptance count (bench/sim_auto.py: 0.2 left on dips)
-COST_ALPHA = 0.2         # weight of the newest cost measurement
 INJECT_ALPHA = 0.05      # ... of an injection in the fit of its cost (sizes vary: probes are large)
-SPIKE = 3.0              # a cost measurement counts as at most this many times the estimate
+SPIKE = 3.0              # an injection's cost moves its line by at most this many times
+# A cost is a low quantile of its last runs, not a mean: slow runs are outliers one way (a graph
+# built for a new shape, or on a GPU captured as a CUDA graph, each many times a 1 ms step; another
+# process on a shared CPU), and a mode priced too high by one is not run again to correct it.
+COST_WINDOW, COST_QUANTILE = 8, 0.25
+COLD_RUNS = 3            # a shape's first runs: build, capture, replay (auto's start-up runs, calibrations)
 PROBE_SHARE = 0.01       # probes' loss as a share of the plain decode time, at most (see decisions.md)
 PROBE_GAP0, PROBE_GAP_MAX = 16, 32   # the share bound, not this cap, spaces out costly probes
 PROBE_CONTEXT = 256      # a probe feeds the draft at most this many of the positions decoded plainly
+# ... and the other way: while speculation wins, one plain step in this many speculative ones keeps
+# plain's cost measured (one priced too high by a slow run would otherwise never run again)
+PLAIN_CHECK_EVERY = 64
 CAND_EVERY = 8           # a chain step computes candidates one step in this many while trees lose
 TREE_NEAR = 1.1          # ... and every step while the best tree is predicted within 10% of the chain
 TRUTH_KEEP = 1024        # the known continuation is pruned when it holds more positions than this
@@ -80,12 +89,11 @@ def _per_token(draft: float | None, verify: float | None, inject_call: float, in
 
 
 class StepCosts:
-    """Measured milliseconds of the parts of a step: EMAs of the steps run, calibrations of shapes
+    """Measured milliseconds of the parts of a step: low quantiles of the steps run, calibrations of shapes
     not yet run. verify keys: ("chain" | "tree", rows); draft keys: "chain" (proposals only) or
     "candidates" (with the top-k per depth)."""
 
-    def __init__(self, alpha: float = COST_ALPHA):
-        self.alpha = alpha
+    def __init__(self):
         self.plain: float | None = None
         self.draft: dict[str, float] = {}
         self.verify: dict[tuple[str, int], float] = {}
@@ -94,22 +102,20 @@ class StepCosts:
         self.inject_call = 0.0
         self.inject_row = 0.0
         self._inject_sums: list[float] | None = None   # EMAs of 1, n, ms, n*n, n*ms
-        self.warmup_runs = 2   # runs of each mode auto makes first (the first builds graphs)
-        self._seen: collections.Counter = collections.Counter()
+        self.warmup_runs = COLD_RUNS   # runs of each mode auto makes first (see COLD_RUNS)
+        self._runs: dict = {}   # key -> the last COST_WINDOW measurements
         self.calibrated: set[tuple[str, int]] = set()   # values that come from a calibration
 
-    def _update(self, key, old: float | None, ms: float) -> float:
-        self._seen[key] += 1
-        if old is None or self._seen[key] <= 2:
-            return ms
-        # a step stalled by another process (a shared CPU) moves the estimate by at most 3x
-        return old + self.alpha * (min(ms, SPIKE * old) - old)
+    def _update(self, key, ms: float) -> float:
+        runs = self._runs.setdefault(key, collections.deque(maxlen=COST_WINDOW))
+        runs.append(ms)
+        return sorted(runs)[int(COST_QUANTILE * (len(runs) - 1))]   # the fastest of the first four
 
     def observe_plain(self, ms: float) -> None:
-        self.plain = self._update("plain", self.plain, ms)
+        self.plain = self._update("plain", ms)
 
     def observe_draft(self, kind: str, ms: float) -> None:
-        self.draft[kind] = self._update(("draft", kind), self.draft.get(kind), ms)
+        self.draft[kind] = self._update(("draft", kind), ms)
 
     def inject_ms(self, rows: int) -> float:
         return self.inject_call + self.inject_row * rows if rows > 0 else 0.0
@@ -136,13 +142,16 @@ class StepCosts:
 
     def observe_verify(self, kind: str, rows: int, ms: float, *, calibration: bool = False) -> None:
         key = (kind, rows)
-        if calibration or key in self.calibrated:   # a real run replaces a calibration outright
-            self.verify[key] = ms
-            self.calibrated.discard(key)
-            if calibration:
-                self.calibrated.add(key)
-            return
-        self.verify[key] = self._update(key, self.verify.get(key), ms)
+        if calibration:   # the fastest of its runs: the first of the shape's window
+            self._runs.pop(key, None)
+            self.calibrated.add(key)
+        self.verify[key] = self._update(key, ms)
+
+    def verify_settled(self, kind: str, rows: int) -> bool:
+        """Whether the cost of this verify shape can be trusted: calibrated, or run COLD_RUNS times. A
+        shape run once or twice (a chain cut short at the end of a reply) may carry its graph build."""
+        key = (kind, rows)
+        return key in self.calibrated or len(self._runs.get(key, ())) >= COLD_RUNS
 
     def draft_ms(self, kind: str) -> float | None:
         # candidates cost at least the proposals; proposals at most the candidates
@@ -152,8 +161,10 @@ class StepCosts:
         return self.verify.get((kind, rows))
 
     def verify_lower_bound(self, rows: int) -> float | None:
-        """A verify of more rows costs no less than one of fewer (of either kind), nor than a plain step."""
-        known = [ms for (_, n), ms in self.verify.items() if n <= rows]
+        """A verify of more rows costs no less than one of fewer (of either kind), nor than a plain step.
+        Only settled costs bound (calibrated, or COLD_RUNS runs): a shape run once or twice may still
+        carry its graph build, and an inflated bound would keep every wider mode from being tried."""
+        known = [ms for key, ms in self.verify.items() if key[1] <= rows and self.verify_settled(*key)]
         if self.plain is not None:
             known.append(self.plain)
         return max(known) if known else None
@@ -256,7 +267,7 @@ class AdaptiveSpeculator(ChainSpeculator):
         self.n_probes = self.n_calibrations = 0
         self.last_mode: str | None = None
         self.last_tree: Tree | None = None
-        self._gap, self._plain_run = PROBE_GAP0, 0
+        self._gap, self._plain_run, self._spec_run = PROBE_GAP0, 0, 0
         self._since_candidates = CAND_EVERY
         self._records: list[_Record] = []
         self._truth: dict[int, int] = {}           # context position -> the target's token there
@@ -354,7 +365,8 @@ class AdaptiveSpeculator(ChainSpeculator):
         known = [v for v in pred.values() if v is not None]
         best_known = min(known)
         for m in (*self.chains, *self.budgets):   # calibrate a verify only when a lower bound says it could win
-            if pred[m] is None and m in self.acceptance and self._draft_ms(m) is not None:
+            if not costs.verify_settled(self._kind(m), self._rows(m)) and m in self.acceptance \
+                    and self._draft_ms(m) is not None:
                 lb = self.predict(m, costs.verify_lower_bound(self._rows(m)))
                 if lb is not None and lb < best_known and self._calibrate(self._rows(m), self._kind(m)):
                     pred[m] = self.predict(m)
@@ -364,7 +376,12 @@ class AdaptiveSpeculator(ChainSpeculator):
         best_spec = min(spec, key=spec.get)
         if spec[best_spec] < pred[PLAIN]:
             self._gap, self._plain_run = PROBE_GAP0, 0
+            self._spec_run += 1
+            if self._spec_run >= PLAIN_CHECK_EVERY:   # plain's cost is measured only when it runs
+                self._spec_run = 0
+                return PLAIN, False
             return best_spec, False
+        self._spec_run = 0
         self._plain_run += 1
         if self._plain_run < self._gap:
             return PLAIN, False
@@ -395,22 +412,23 @@ class AdaptiveSpeculator(ChainSpeculator):
 
     def _calibrate(self, rows: int, kind: str = "tree") -> bool:
         """Time a verify of `rows` rows (a tree's, or a chain's: kind) and discard it with commit(0);
-        the second of two runs counts."""
+        the fastest of COLD_RUNS runs counts (build, capture, replay on a GPU)."""
         eng = self.engine
         if eng.n_past + rows > eng.n_ctx or rows > eng.n_verify_max:
             return False
         self._inject_up_to(eng.n_past)   # the verify overwrites ring rows past the context
         tokens = [0] * rows
         parents = [-1] + [(i - 1) // 2 for i in range(1, rows)]
-        for _ in range(2):
+        times = []
+        for _ in range(COLD_RUNS):
             t0 = time.perf_counter()
             if kind == CHAIN:
                 eng.verify(tokens, logits=False, keep_pre_logits=True)
             else:
                 eng.verify_tree(tokens, parents, logits=False, keep_pre_logits=True)
             eng.commit(0)
-            ms = (time.perf_counter() - t0) * 1e3
-        self.costs.observe_verify(kind, rows, ms, calibration=True)
+            times.append((time.perf_counter() - t0) * 1e3)
+        self.costs.observe_verify(kind, rows, min(times), calibration=True)
         self.n_calibrations += 1
         return True
 

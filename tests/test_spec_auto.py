@@ -528,3 +528,24 @@ def test_injection_costs_fit_a_call_and_a_row_part(call, row):
     for _ in range(5):
         one_size.observe_inject(3, 0.6)
     assert one_size.inject_call == 0.0 and one_size.inject_ms(3) == pytest.approx(0.6)
+
+
+def test_slow_runs_do_not_price_a_mode_out():
+    """The first runs of a shape build graphs (on a GPU, and capture them: many times a step's cost)
+    and a mode priced too high is never run again to correct it: a cost is a low quantile of its
+    last runs, so slow outliers leave it, and a lasting change moves it."""
+    costs = StepCosts()
+    for ms in (40.0, 12.0, 1.1):   # graph build, capture, then a warm step
+        costs.observe_plain(ms)
+        costs.observe_draft("chain", 10 * ms)
+        costs.observe_verify(CHAIN, 8, 2 * ms)
+    assert costs.plain == 1.1 and costs.draft_ms("chain") == 11.0 and costs.verify_ms(CHAIN, 8) == 2.2
+    for ms in (1.2, 30.0, 1.1, 25.0, 1.2):   # rebuilds (the KV window grew) between warm steps
+        costs.observe_plain(ms)
+    assert costs.plain == pytest.approx(1.1)
+    for _ in range(8):   # a lasting change: the context grew
+        costs.observe_plain(1.5)
+    assert costs.plain == pytest.approx(1.5)
+    costs.observe_verify(CHAIN, 4, 1.8, calibration=True)   # a calibration is the shape's first run
+    costs.observe_verify(CHAIN, 4, 9.0)                       # ... a real run's capture does not undo it
+    assert costs.verify_ms(CHAIN, 4) == 1.8

@@ -33,15 +33,24 @@ inline size_t small_batch_scratch_bound(int64_t k_max) {
     return cuda::small_gemm_scratch_bytes(k_max, kSmallBatchMaxTokens);
 }
 
+// Which rows a runner's kernels take. A target's runner takes whole 256-value steps only: its
+// rounding decides the output (and must agree across batch shapes and with llama.cpp where it did),
+// and SmolLM2's Q8_0 output matrix (k = 576) on our kernels gained nothing (the chain of 7 1.25x
+// plain against 1.24x with the kernels off, H100, bench/RESULTS.md) while its decode left llama.cpp's
+// bits. A draft's runner also takes Q8_0 rows with a partial last step (k a multiple of 64): its
+// rounding only changes what is proposed, and SmolLM2's draft pass ran 0.52 against 0.59 ms.
+enum class KernelRows { whole_steps, partial_q8_steps };
+
 // Whether the kernels could take a matmul with weight w (its type and row length): a model or draft
 // without such a weight never replaces a matmul, so its runner allocates no scratch.
-inline bool small_batch_kernels_may_take(const ggml_tensor * w) {
-    return w && ggml_n_dims(w) == 2 && cuda::small_gemm_takes(int(w->type), w->ne[0]);
+inline bool small_batch_kernels_may_take(const ggml_tensor * w, KernelRows rows) {
+    return w && ggml_n_dims(w) == 2 && cuda::small_gemm_takes(int(w->type), w->ne[0]) &&
+           (rows == KernelRows::partial_q8_steps || w->ne[0] % 256 == 0);
 }
 // The same for any weight of a context of weight tensors (a model's or a draft's headers).
-inline bool small_batch_kernels_may_take_any(ggml_context * weights) {
+inline bool small_batch_kernels_may_take_any(ggml_context * weights, KernelRows rows) {
     for (ggml_tensor * t = ggml_get_first_tensor(weights); t; t = ggml_get_next_tensor(weights, t)) {
-        if (small_batch_kernels_may_take(t)) return true;
+        if (small_batch_kernels_may_take(t, rows)) return true;
     }
     return false;
 }
@@ -74,7 +83,7 @@ public:
 // The runner for `backend`, or null when it cannot run there: not a CUDA device of compute
 // capability 8.0 or more, or luce built without CUDA. (Engines made with
 // luce_engine_params.small_batch_kernels false never ask for one.) step_graphs: capture and replay
-// each prepared graph as one CUDA graph (luce_engine_params.step_graphs).
-std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend, bool step_graphs);
+// each prepared graph as one CUDA graph (luce_engine_params.step_graphs); rows: the weights it takes.
+std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend, bool step_graphs, KernelRows rows);
 
 } // namespace luce
