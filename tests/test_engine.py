@@ -498,3 +498,22 @@ def test_parameters_default_to_the_native_defaults(hybrid_model):
         Engine(hybrid_model, n_ctx=256, rollback="copy")
     with pytest.raises(TypeError, match="unknown engine parameter"):
         hybrid_model.plan(n_ctx=256, rolback="replay")
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_logits_are_an_error_not_a_token(tmp_path, bad):
+    """A row of logits with a NaN or an infinity (here: one output row of the file poisoned) stops
+    the step with a ComputeError naming the position, in prefill, decode and verify alike."""
+    import gguf
+
+    from luce_engine.errors import ComputeError
+
+    path = write_tiny_gguf(tmp_path / "bad.gguf", TinyConfig(arch="llama", n_vocab=256, seed=12, weight_type="f32"))
+    out = next(t for t in gguf.GGUFReader(path, "r+").tensors if t.name == "output.weight")
+    out.data.reshape(256, -1)[200, :] = bad   # token 200's logit is not finite for every input
+    del out
+    eng = Engine(Model(path, device=DEVICE, n_threads=THREADS), n_ctx=128)
+    with pytest.raises(ComputeError, match="non-finite logits"):
+        eng.prefill(prompt(8, 3))
+    with pytest.raises(ComputeError, match="non-finite logits"):
+        eng.verify(prompt(4, 4), logits=False)

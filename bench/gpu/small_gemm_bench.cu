@@ -1,5 +1,5 @@
 // small_gemm_bench.cu — the small-batch GEMM (engine/native/cuda/small_batch_gemm.cu) on the 27B's
-// matrix shapes, every launch geometry, 1..16 columns: weight bandwidth against the copy ceiling,
+// matrix shapes, every launch geometry, 1..32 columns: weight bandwidth against the copy ceiling,
 // and each geometry's output against the one-split geometry's (same arithmetic, other summation
 // order). With OLD_GEMM defined, also the kernel of an earlier commit, compiled in a namespace of its
 // own (see bench/gpu/suite_kernels.sh), as the before column.
@@ -207,7 +207,7 @@ int main(int argc, char ** argv) {
     }
 
     std::mt19937 rng(1234);
-    const int cols[] = {1, 4, 16};
+    const int cols[] = {1, 4, 16, 24, 32};   // 24, 32: what a tree of budget 22 or 32 would verify
     const int depths[] = {2, 3, 4};   // blocks per SM
     const int tiles[] = {1, 2, 4, 8};
     const int splits[] = {1, 2, 3, 4, 6, 8, 12, 16};
@@ -230,7 +230,7 @@ int main(int argc, char ** argv) {
             CHECK(cudaMalloc(&p, w_bytes));
             CHECK(cudaMemcpy(p, host_w.data(), w_bytes, cudaMemcpyHostToDevice));
         }
-        const int nmax = 16;
+        const int nmax = 32;
         std::vector<float> hx(size_t(nmax) * size_t(s.k));
         std::normal_distribution<float> nd;
         for (auto & v : hx) v = nd(rng);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# the small-batch GEMM alone on the 27B's matrix shapes: every launch geometry, 1 / 4 / 16 columns, GB/s against the copy ceiling
+# the small-batch GEMM alone on the 27B's matrix shapes: every launch geometry, 1 / 4 / 16 / 24 / 32 columns, GB/s against the copy ceiling
 # The binary: $KERNEL_BENCH if set (e.g. one built here with an earlier commit's kernels as the
 # "old" column: OLD_REV=<commit> bash bench/gpu/build_small_gemm_bench.sh, carried in .device/bin),
 # else built on the machine from this tree.

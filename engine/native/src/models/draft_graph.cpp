@@ -252,7 +252,7 @@ void DraftContext::build_draft(Graph & g, int n_kv_ctx) const {
     ggml_set_name(g.logits, "draft_logits");
     ggml_set_output(g.logits);
     ggml_build_forward_expand(g.gf, g.logits);
-    g.argmax = greedy_argmax(ctx, g.logits, ramp_);
+    g.argmax = greedy_argmax(ctx, g.logits, ramp_, runner_.on_cpu());
     ggml_set_output(g.argmax);
     ggml_build_forward_expand(g.gf, g.argmax);
 }
@@ -416,7 +416,8 @@ void DraftContext::run(int32_t x0, int32_t pos0, int32_t * out) {
     compute(g.gf, kDraft, "draft computation");
     std::vector<int32_t> am(static_cast<size_t>(B_));
     ggml_backend_tensor_get(g.argmax, am.data(), 0, am.size() * sizeof(int32_t));
-    for (int i = 1; i < B_; ++i) out[i - 1] = am[size_t(i)];
+    // a row that is not finite (-1 on the CPU) proposes token 0, which verification rejects
+    for (int i = 1; i < B_; ++i) out[i - 1] = std::max(am[size_t(i)], 0);
     have_logits_ = true;
 }
 

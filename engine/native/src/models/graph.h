@@ -47,7 +47,7 @@ struct ForwardGraph : TokenBatchGraph {
     GraphShape shape;
     ggml_tensor * logits = nullptr;   // F32 [n_vocab, n_out]
     ggml_tensor * argmax = nullptr;   // I32 [n_out]: greedy token per row
-    ggml_tensor * logit_sums = nullptr;   // F32 [1, n_out]: finite iff the row is
+    ggml_tensor * logit_sums = nullptr;   // F32 [1, n_out]: finite iff the row is (GPU graphs; on the CPU argmax is -1)
     ggml_tensor * cap_idx = nullptr;  // I64 [n_tokens]: capture ring rows (position mod ring), if capturing
     ggml_tensor * path_rows = nullptr;   // I32 [tree_paths · tree_depth]: TreePaths::path_rows (hybrid tree verify)
     ggml_tensor * node_slot = nullptr;   // I32 [n_tokens]: TreePaths::node_slot

@@ -2,6 +2,7 @@
 // projections, RoPE, cached attention, the SwiGLU FFN, graph inputs, hidden-state capture, logits.
 // Op order mirrors llama.cpp's (q, v, k expanded before the cache writes) so that backends fuse
 // the same kernels and round the same way.
+#include "device.h"
 #include "graph.h"
 #include "runtime.h"
 #include "error.h"
@@ -121,12 +122,15 @@ void finish_logits(ggml_context * ctx, ForwardGraph & g, const Model & m, const 
     ggml_set_name(g.logits, "logits");
     ggml_set_output(g.logits);
     ggml_build_forward_expand(g.gf, g.logits);
-    g.argmax = greedy_argmax(ctx, g.logits, kv.vocab_ramp);
+    const bool on_cpu = device_is_cpu(m.dev);
+    g.argmax = greedy_argmax(ctx, g.logits, kv.vocab_ramp, on_cpu);   // on the CPU: -1 for a row not finite
     ggml_set_output(g.argmax);
     ggml_build_forward_expand(g.gf, g.argmax);
-    g.logit_sums = ggml_sum_rows(ctx, g.logits);
-    ggml_set_output(g.logit_sums);
-    ggml_build_forward_expand(g.gf, g.logit_sums);
+    if (!on_cpu) {
+        g.logit_sums = ggml_sum_rows(ctx, g.logits);
+        ggml_set_output(g.logit_sums);
+        ggml_build_forward_expand(g.gf, g.logit_sums);
+    }
 }
 
 } // namespace luce

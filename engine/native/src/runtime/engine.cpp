@@ -189,16 +189,17 @@ void Engine::set_inputs(ForwardGraph & g, const int32_t * toks, int32_t n, const
     ggml_backend_tensor_set(g.mask, mask_buf_.data(), 0, mask_buf_.size() * sizeof(uint16_t));
 }
 
-// Per row only the argmax and the sum come back (a sum is finite iff every logit is); whole rows
-// are downloaded when read.
+// Per row only the argmax and the sum come back (a sum is finite iff every logit is; on the CPU the
+// argmax is -1 for such a row instead); whole rows are downloaded when read.
 void Engine::read_outputs(ForwardGraph & g, bool logits_all, bool verify, bool replay_on_failure) {
     const int32_t n_out = int32_t(g.logits->ne[1]);
     argmax_buf_.resize(size_t(n_out));
     sums_buf_.resize(size_t(n_out));
     ggml_backend_tensor_get(g.argmax, argmax_buf_.data(), 0, size_t(n_out) * sizeof(int32_t));
-    ggml_backend_tensor_get(g.logit_sums, sums_buf_.data(), 0, size_t(n_out) * sizeof(float));
+    if (g.logit_sums) ggml_backend_tensor_get(g.logit_sums, sums_buf_.data(), 0, size_t(n_out) * sizeof(float));
     for (int32_t i = 0; i < n_out; ++i) {
-        if (!std::isfinite(sums_buf_[size_t(i)])) {
+        const bool finite = g.logit_sums ? std::isfinite(sums_buf_[size_t(i)]) : argmax_buf_[size_t(i)] >= 0;
+        if (!finite) {
             if (!logits_all || verify) logits_.clear();
             if (replay_on_failure) replay_context();   // undo the recurrent states' advance
             throw Error(LUCE_ERR_COMPUTE, "the model produced non-finite logits (NaN/Inf) at position " +

@@ -79,11 +79,54 @@ uint64_t GraphRunner::compute_bytes() const {
     return bytes;
 }
 
+namespace {
+
+// One row per thread at a time: the lowest index of the row's maximum, or -1 when a value is NaN
+// or infinite (the sum over the row is then not finite, as the GPU graphs' check has it). Eight
+// independent lanes so that the pass is not one long dependency chain.
+void lowest_argmax_rows(ggml_tensor * dst, int ith, int nth, void *) {
+    const ggml_tensor * x = dst->src[0];
+    const int64_t V = x->ne[0], n = x->ne[1];
+    for (int64_t r = ith; r < n; r += nth) {
+        const float * row = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + r * x->nb[1]);
+        float best[8], sum[8];
+        for (int l = 0; l < 8; ++l) best[l] = -INFINITY, sum[l] = 0.0f;
+        int64_t i = 0;
+        for (; i + 8 <= V; i += 8) {
+            for (int l = 0; l < 8; ++l) {
+                const float v = row[i + l];
+                best[l] = v > best[l] ? v : best[l];
+                sum[l] += v;
+            }
+        }
+        for (; i < V; ++i) {
+            best[0] = row[i] > best[0] ? row[i] : best[0];
+            sum[0] += row[i];
+        }
+        float m = best[0], s = sum[0];
+        for (int l = 1; l < 8; ++l) m = best[l] > m ? best[l] : m, s += sum[l];
+        int32_t at = -1;
+        if (std::isfinite(s)) {
+            for (int64_t j = 0; j < V; ++j) {
+                if (row[j] == m) { at = int32_t(j); break; }
+            }
+        }
+        static_cast<int32_t *>(dst->data)[r] = at;
+    }
+}
+
+} // namespace
+
 // Argmax per row with ties going to the lowest id, as the host sampler and llama.cpp's greedy
-// sampler do. A GPU's parallel argmax may return any of the tied ids (random-weight files have
-// many exact ties), so the tied ids are ranked by the ramp n_vocab - i and the unique best of
-// that ranking is taken. One construction on every device, so the CPU tests cover it.
-ggml_tensor * greedy_argmax(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * ramp) {
+// sampler do. ggml's argmax returns the last of tied maxima on the CPU and any of them on a GPU
+// (random-weight files have many exact ties), so on a GPU the tied ids are ranked by the ramp
+// n_vocab - i and the unique best of that ranking is taken: six passes over the vocabulary, which
+// on the CPU cost ~3% of a SmolLM2 decode step (perf, against llama-bench), hence one pass there.
+ggml_tensor * greedy_argmax(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * ramp, bool on_cpu) {
+    if (on_cpu) {
+        ggml_tensor * args[1] = {logits};
+        return ggml_custom_4d(ctx, GGML_TYPE_I32, logits->ne[1], 1, 1, 1, args, 1, lowest_argmax_rows, GGML_N_TASKS_MAX, nullptr);
+    }
     ggml_tensor * best = ggml_argmax(ctx, logits);   // I32 [n]: one of the maxima
     const int64_t V = logits->ne[0], n = logits->ne[1];
     ggml_tensor * max_l = ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, V, n), ggml_reshape_2d(ctx, best, 1, n));   // [1, 1, n]

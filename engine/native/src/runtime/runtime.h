@@ -27,7 +27,9 @@ inline void throw_if_cancelled(std::atomic<bool> & flag) {
 }
 
 // Argmax per row of logits [V, n] with ties going to the lowest id, as the host sampler and
-// llama.cpp's greedy sampler do; ramp is [V] = V - i (graph_runner.cpp).
-ggml_tensor * greedy_argmax(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * ramp);
+// llama.cpp's greedy sampler do; ramp is [V] = V - i (graph_runner.cpp). on_cpu: the graph runs on
+// the CPU backend, where one pass of our own does it and gives -1 for a row that is not finite
+// (then logits_finite() is not needed).
+ggml_tensor * greedy_argmax(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * ramp, bool on_cpu);
 
 } // namespace luce
