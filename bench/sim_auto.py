@@ -14,7 +14,8 @@ prompts in order and T = 0 before T = 0.7 with one speculator each (as the app a
 one), on a clock that advances by the device's measured cost of each engine and draft call (COSTS,
 from bench/RESULTS.md, with seeded noise): auto measures those costs as it would measure real ones
 (spec_auto's `time` is this clock), after one unmeasured warm-up reply as the bench has; `--cold`
-adds the first calls' graph builds and captures. Reports simulated tok/s and each mode's ratio to
+adds the first calls' graph builds and captures, `--switch` the rebuild when the target's batch rows
+change (the Engine keeps one graph). Reports simulated tok/s and each mode's ratio to
 plain, per temperature and category, and auto's share of tokens per mode. Trees are left out (the
 traces hold the chain's proposals only).
 """
@@ -97,9 +98,12 @@ class StandIn:
     tokens[p - c0]; the draft's proposals for a step starting at p are proposals[p - c0]."""
 
     def __init__(self, costs: dict, clock: Clock, rng: np.random.Generator, noise: float,
-                 cold: tuple[float, ...] = ()):
+                 cold: tuple[float, ...] = (), switch: float = 0.0):
         self.costs, self.clock, self.rng, self.noise = costs, clock, rng, noise
         self.cold = cold                      # extra ms of a shape's first calls (graph build, capture)
+        # extra ms when the target's batch rows change: the Engine keeps one graph (a decode step
+        # and a 1-row verify share it) and rebuilds (on a GPU: and recaptures) it for another shape
+        self.switch, self._rows_last = switch, None
         self._calls: collections.Counter = collections.Counter()
         self.n_ctx, self.n_verify_max, self.tree_verify = 1 << 20, 16, False
         self.model = type("M", (), {"arch": "llama"})()
@@ -136,15 +140,23 @@ class StandIn:
     def set_capture(self, *a, **k): pass
     def _native_params(self, sampling): return sampling
 
+    def _shape(self, rows: int) -> None:
+        if self._rows_last is not None and rows != self._rows_last:
+            self.clock.spend(self.switch)
+        self._rows_last = rows
+
     def step(self, sampling):
         from luce_engine.engine import StepResult
+        self._shape(1)
         t = self._truth(self.n_past)
-        self._spend(self.costs["plain"] + (self.costs["sample"] if self.sampled else 0.0), "step")
+        # a decode step and a 1-row verify share the Engine's graph (cold once for both)
+        self._spend(self.costs["plain"] + (self.costs["sample"] if self.sampled else 0.0), ("verify", 1))
         self.n_past += 1
         self._rows_at = self.n_past
         return StepResult([t], [False])
 
     def verify(self, tokens, logits=False, keep_pre_logits=True):
+        self._shape(len(tokens))
         self._spend(self._verify_ms(len(tokens)), ("verify", len(tokens)))
         self._rows_at = self.n_past + 1   # row i chooses the token at n_past + 1 + i
 
@@ -170,18 +182,18 @@ class StandIn:
 
 
 def run_mode(mode: str, traces: list[dict], costs: dict, eog: frozenset, seed: int, noise: float,
-             cold: tuple[float, ...] = ()) -> list[tuple]:
+             cold: tuple[float, ...] = (), switch: float = 0.0) -> list[tuple]:
     """(category, temperature, tokens, simulated seconds, tokens by mode) per trace, in order."""
     with clock_patched(Clock()) as clock:
-        return _run(mode, traces, costs, eog, seed, noise, clock, cold)
+        return _run(mode, traces, costs, eog, seed, noise, clock, cold, switch)
 
 
-def _run(mode, traces, costs, eog, seed, noise, clock, cold=()) -> list[tuple]:
+def _run(mode, traces, costs, eog, seed, noise, clock, cold=(), switch=0.0) -> list[tuple]:
     import luce_engine.spec_auto as spec_auto
     import luce_engine.speculative as speculative
     from luce_engine.sampling import Sampling
 
-    eng = StandIn(costs, clock, np.random.default_rng(seed), noise, cold)
+    eng = StandIn(costs, clock, np.random.default_rng(seed), noise, cold, switch)
     if mode == "auto":
         spec = spec_auto.AdaptiveSpeculator(eng, eng, max_draft=15, tree_budgets=())
     elif mode != "plain":
@@ -218,7 +230,7 @@ def simulate(args) -> None:
     for seed in range(args.seeds):
         for m in modes:
             for cat, temp, n, s, by_mode in run_mode(m, traces, costs, frozenset(data["eog"]), seed, args.noise,
-                                                     cold):
+                                                     cold, args.switch):
                 for key in ((m, temp, cat), (m, temp, "all")):
                     tok[key] += n
                     sec[key] += s
@@ -252,6 +264,8 @@ def main() -> None:
     s.add_argument("--costs", default="h100-smollm2", choices=sorted(COSTS))
     s.add_argument("--cold", default="", help="extra ms of the first calls of each shape (a plain step, a "
                    "verify of n rows, a draft pass), comma list: e.g. 8,4 = a graph build, then a CUDA graph capture")
+    s.add_argument("--switch", type=float, default=0.0, help="extra ms when the target's batch rows change "
+                   "(one graph kept: the H100 ran a plain step after a speculative one in 3.5 ms against 1.1)")
     s.add_argument("--seeds", type=int, default=5)
     s.add_argument("--noise", type=float, default=0.05, help="sd of the log-normal noise on every cost")
     args = ap.parse_args()

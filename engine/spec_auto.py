@@ -10,7 +10,10 @@ of rows, as a chain's verify or a tree's). A verify shape no step has run yet is
 calibration — one verify of that many rows then commit(0), which changes nothing — once per
 speculator (the app makes one per Engine), and only for a mode that could win on a lower bound of
 its cost. Each cost is a low quantile of its last runs (COST_WINDOW): the first runs of a shape
-build graphs, and a mode priced too high by a slow run is never run again to correct it.
+build graphs, and a mode priced too high by a slow run is never run again to correct it. The
+Engine keeps one graph, so the first step of another mode rebuilds it (on a GPU also recaptures
+it): that step's excess over the mode's steady cost is the switch cost (StepCosts.switch), kept
+apart, and auto changes mode only where the gain wins it back within SWITCH_TOKENS tokens.
 
 Acceptance, counterfactually: a step that computed the draft's per-depth top-k candidates (every
 tree step, every probe, and one chain step in CAND_EVERY while trees look out of reach) keeps the
@@ -26,8 +29,9 @@ Plain vs speculation: while plain wins, only a speculative step can tell that th
 predictable. A probe (one step of the best speculative mode, with candidates) comes after `gap`
 plain steps; gap starts at PROBE_GAP0, doubles after each probe that leaves plain ahead (up to
 PROBE_GAP_MAX) and is never less than the probe's predicted loss over PROBE_SHARE of a plain step,
-so probes cost at most PROBE_SHARE of the decode time. While speculation wins, one step in
-PLAIN_CHECK_EVERY is plain, so that plain's cost stays measured too. Acceptance swings from step to step: the
+so probes cost at most PROBE_SHARE of the decode time (a probe's loss counts two switches). While
+speculation wins, two steps in PLAIN_CHECK_EVERY are plain, so that plain's steady cost stays
+measured too. Acceptance swings from step to step: the
 cap keeps cheap probes frequent, so that a dip that sent auto to plain does not keep it there
 (bench/sim_auto.py measures the policy on recorded acceptance and a device's costs). A probe
 still emits its tokens. It feeds the draft the features of at most PROBE_CONTEXT of the positions
@@ -71,9 +75,10 @@ COLD_RUNS = 3            # a shape's first runs: build, capture, replay (auto's 
 PROBE_SHARE = 0.01       # probes' loss as a share of the plain decode time, at most (see decisions.md)
 PROBE_GAP0, PROBE_GAP_MAX = 16, 32   # the share bound, not this cap, spaces out costly probes
 PROBE_CONTEXT = 256      # a probe feeds the draft at most this many of the positions decoded plainly
-# ... and the other way: while speculation wins, one plain step in this many speculative ones keeps
-# plain's cost measured (one priced too high by a slow run would otherwise never run again)
-PLAIN_CHECK_EVERY = 64
+# ... and the other way: while speculation wins, two plain steps in this many speculative ones keep
+# plain's steady cost measured (a switch costs a graph rebuild: checks are rare)
+PLAIN_CHECK_EVERY = 256
+SWITCH_TOKENS = 64       # another mode must win back the switch's cost within this many tokens
 CAND_EVERY = 8           # a chain step computes candidates one step in this many while trees lose
 TREE_NEAR = 1.1          # ... and every step while the best tree is predicted within 10% of the chain
 TRUTH_KEEP = 1024        # the known continuation is pruned when it holds more positions than this
@@ -105,14 +110,25 @@ class StepCosts:
         self.warmup_runs = COLD_RUNS   # runs of each mode auto makes first (see COLD_RUNS)
         self._runs: dict = {}   # key -> the last COST_WINDOW measurements
         self.calibrated: set[tuple[str, int]] = set()   # values that come from a calibration
+        # the extra ms of the first step of another mode (the Engine keeps one graph: a batch of
+        # other rows rebuilds it, on a GPU recaptures it: 3.5 against 1.1 ms a plain step, H100)
+        self.switch = 0.0
 
     def _update(self, key, ms: float) -> float:
         runs = self._runs.setdefault(key, collections.deque(maxlen=COST_WINDOW))
         runs.append(ms)
         return sorted(runs)[int(COST_QUANTILE * (len(runs) - 1))]   # the fastest of the first four
 
-    def observe_plain(self, ms: float) -> None:
-        self.plain = self._update("plain", ms)
+    def _steady(self, key, old: float | None, ms: float, switched: bool) -> float:
+        """A step's measurement: a steady one (the mode ran the step before) updates the estimate; a
+        switch's gives the switch cost where the steady cost is known, else the estimate as best it can."""
+        if switched and old is not None:
+            self.switch = self._update("switch", max(0.0, ms - old))
+            return old
+        return self._update(key, ms - self.switch if switched else ms)
+
+    def observe_plain(self, ms: float, switched: bool = False) -> None:
+        self.plain = self._steady("plain", self.plain, ms, switched)
 
     def observe_draft(self, kind: str, ms: float) -> None:
         self.draft[kind] = self._update(("draft", kind), ms)
@@ -140,12 +156,18 @@ class StepCosts:
         else:
             self.inject_call, self.inject_row = mean_y - slope * mean_n, slope
 
-    def observe_verify(self, kind: str, rows: int, ms: float, *, calibration: bool = False) -> None:
+    def observe_verify(self, kind: str, rows: int, ms: float, *, calibration: bool = False,
+                       switched: bool = False) -> None:
         key = (kind, rows)
         if calibration:   # the fastest of its runs: the first of the shape's window
             self._runs.pop(key, None)
             self.calibrated.add(key)
-        self.verify[key] = self._update(key, ms)
+            self.verify[key] = self._update(key, ms)
+            return
+        self.verify[key] = self._steady(key, self.verify.get(key), ms, switched)
+
+    def draft_settled(self, kind: str) -> bool:
+        return len(self._runs.get(("draft", kind), ())) >= COLD_RUNS
 
     def verify_settled(self, kind: str, rows: int) -> bool:
         """Whether the cost of this verify shape can be trusted: calibrated, or run COLD_RUNS times. A
@@ -180,10 +202,11 @@ class FixedCosts(StepCosts):
         self.inject_row, self.inject_call = inject_row, inject_call
         self.warmup_runs = 0
 
-    def observe_plain(self, ms): pass
+    def observe_plain(self, ms, switched=False): pass
     def observe_draft(self, kind, ms): pass
     def observe_inject(self, rows, ms): pass
-    def observe_verify(self, kind, rows, ms, *, calibration=False): pass
+    def observe_verify(self, kind, rows, ms, *, calibration=False, switched=False): pass
+    def draft_settled(self, kind): return True
 
 
 class _Shape:
@@ -267,7 +290,7 @@ class AdaptiveSpeculator(ChainSpeculator):
         self.n_probes = self.n_calibrations = 0
         self.last_mode: str | None = None
         self.last_tree: Tree | None = None
-        self._gap, self._plain_run, self._spec_run = PROBE_GAP0, 0, 0
+        self._gap, self._plain_run, self._spec_run, self._checks_left = PROBE_GAP0, 0, 0, 0
         self._since_candidates = CAND_EVERY
         self._records: list[_Record] = []
         self._truth: dict[int, int] = {}           # context position -> the target's token there
@@ -304,6 +327,7 @@ class AdaptiveSpeculator(ChainSpeculator):
         if eng.n_past != self._expect_at:   # a new reply (or a truncation): the counterfactuals are stale
             self._forget()
             self.reply_tokens.clear()
+            self.last_mode = None            # a prefill ran since: the next step is a switch
         mode, probe = self.choose()
         self.n_probes += probe
         if mode == PLAIN:
@@ -361,6 +385,9 @@ class AdaptiveSpeculator(ChainSpeculator):
             return CHAIN, False
         if costs.plain is None or self.mode_steps[PLAIN] < warm:
             return PLAIN, False
+        if self._checks_left > 0:
+            self._checks_left -= 1
+            return PLAIN, False
         pred = self.predictions()
         known = [v for v in pred.values() if v is not None]
         best_known = min(known)
@@ -374,11 +401,12 @@ class AdaptiveSpeculator(ChainSpeculator):
         if not spec:   # no acceptance known yet (its records resolve a step later)
             return CHAIN, False
         best_spec = min(spec, key=spec.get)
-        if spec[best_spec] < pred[PLAIN]:
+        best_spec = self._stay(best_spec, spec)
+        if spec[best_spec] < pred[PLAIN] and not self._stays_plain(spec[best_spec], pred[PLAIN]):
             self._gap, self._plain_run = PROBE_GAP0, 0
             self._spec_run += 1
             if self._spec_run >= PLAIN_CHECK_EVERY:   # plain's cost is measured only when it runs
-                self._spec_run = 0
+                self._spec_run, self._checks_left = 0, 1
                 return PLAIN, False
             return best_spec, False
         self._spec_run = 0
@@ -389,18 +417,30 @@ class AdaptiveSpeculator(ChainSpeculator):
         self._plain_run = 0
         emitted = 1 + self.acceptance[best_spec]
         catch_up = costs.inject_ms(min(self.engine.n_past - self._injected, PROBE_CONTEXT))
-        loss = max(0.0, (spec[best_spec] - pred[PLAIN]) * emitted) + catch_up
+        loss = max(0.0, (spec[best_spec] - pred[PLAIN]) * emitted) + catch_up + 2 * costs.switch
         self._gap = max(min(2 * self._gap, PROBE_GAP_MAX), math.ceil(loss / (PROBE_SHARE * pred[PLAIN])))
         return best_spec, True
+
+    def _stay(self, best: str, spec: dict[str, float]) -> str:
+        """The speculative mode of the last step while the best one would not win back the switch
+        within SWITCH_TOKENS tokens."""
+        last = self.last_mode
+        if last in spec and last != best and (spec[last] - spec[best]) * SWITCH_TOKENS < self.costs.switch:
+            return last
+        return best
+
+    def _stays_plain(self, spec_ms: float, plain_ms: float) -> bool:
+        """Whether plain, the last step's mode, should stay: speculation would not win back the switch."""
+        return self.last_mode == PLAIN and (plain_ms - spec_ms) * SWITCH_TOKENS < self.costs.switch
 
     def _want_candidates(self, mode: str, explore: bool) -> bool:
         if not self.budgets:
             return False
         if not self._is_chain(mode):
             return True
-        if "chain" not in self.costs.draft:
-            # the proposals alone never timed: a chain's cost would be the candidates' (its upper
-            # bound), trees would look as near as that, and every step would pay for candidates
+        if not self.costs.draft_settled("chain"):
+            # the proposals alone not timed enough (the first runs build graphs): a chain's cost
+            # would be a cold run's, or the candidates' (its upper bound)
             return False
         if explore:
             return True
@@ -429,6 +469,7 @@ class AdaptiveSpeculator(ChainSpeculator):
             eng.commit(0)
             times.append((time.perf_counter() - t0) * 1e3)
         self.costs.observe_verify(kind, rows, min(times), calibration=True)
+        self.last_mode = None   # the Engine's graph is the calibration's now: the next step is a switch
         self.n_calibrations += 1
         return True
 
@@ -449,7 +490,7 @@ class AdaptiveSpeculator(ChainSpeculator):
             tokens = eng.step(sampling).tokens
         t1 = time.perf_counter()
         self._pending, self._pending_at = None, -1
-        self.costs.observe_plain((t1 - t0) * 1e3)
+        self.costs.observe_plain((t1 - t0) * 1e3, switched=self.last_mode != PLAIN)
         self._truth[c] = tokens[0]
         self._record(0, 0, t0, t0, t1)
         return StepResult(tokens, [False], decode_ms=(t1 - t0) * 1e3)
@@ -492,7 +533,8 @@ class AdaptiveSpeculator(ChainSpeculator):
         as_chain = is_chain or len(tree) == 1
         path, bonus = verify_walk_commit(self, tree, sampling, native, stop_ids, x0, c, as_chain)
         t2 = time.perf_counter()
-        self.costs.observe_verify(self._kind(mode) if not as_chain else CHAIN, len(tree), (t2 - t1) * 1e3)
+        self.costs.observe_verify(self._kind(mode) if not as_chain else CHAIN, len(tree), (t2 - t1) * 1e3,
+                                  switched=self.last_mode != mode)
         self._pending, self._pending_at = bonus, (eng.n_past if bonus is not None else -1)
         tokens = [tree.tokens[n] for n in path]
         for i, t in enumerate(tokens[1:], start=1):

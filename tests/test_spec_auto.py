@@ -549,3 +549,32 @@ def test_slow_runs_do_not_price_a_mode_out():
     costs.observe_verify(CHAIN, 4, 1.8, calibration=True)   # a calibration is the shape's first run
     costs.observe_verify(CHAIN, 4, 9.0)                       # ... a real run's capture does not undo it
     assert costs.verify_ms(CHAIN, 4) == 1.8
+
+
+def test_a_switch_between_modes_is_priced_apart_from_the_steady_steps():
+    """The Engine keeps one graph: the first step of another mode rebuilds it (a GPU's plain step
+    after a speculative one: 3.5 against 1.1 ms). That first step's excess is the switch cost, and
+    the mode's own estimate stays its steady cost, so interleaving does not price plain out."""
+    costs = StepCosts()
+    for ms, switched in [(1.2, True), (1.1, False), (1.1, False)]:   # start-up: after the prefill, then steady
+        costs.observe_plain(ms, switched=switched)
+    for _ in range(6):   # plain steps between speculative ones: every one a switch
+        costs.observe_plain(3.5, switched=True)
+    assert costs.plain == pytest.approx(1.1) and costs.switch == pytest.approx(2.4)
+    costs.observe_verify(CHAIN, 8, 4.3, switched=True)   # a shape never run steadily: its cost as best known
+    assert costs.verify_ms(CHAIN, 8) == pytest.approx(4.3 - 2.4)
+
+
+def test_a_mode_stays_unless_the_other_wins_back_the_switch():
+    costs = FixedCosts(plain=1.0, draft={"chain": 0.3}, verify={(CHAIN, 8): 1.5, (CHAIN, 4): 1.4})
+    costs.switch = 2.4
+    spec = AdaptiveSpeculator(SimpleNamespace(n_ctx=512, n_verify_max=16, model=SimpleNamespace(arch="llama")),
+                              SimpleNamespace(draft=None, capture_layers=(), block_size=16), tree_budgets=())
+    spec.costs = costs
+    spec.last_mode = "chain7"
+    near = {"chain7": 0.62, "chain3": 0.60}     # 0.02 ms a token x 64 tokens < 2.4 ms: stay
+    assert spec._stay("chain3", near) == "chain7"
+    far = {"chain7": 0.70, "chain3": 0.60}      # 6.4 ms > 2.4: switch
+    assert spec._stay("chain3", far) == "chain3"
+    spec.last_mode = PLAIN
+    assert spec._stays_plain(0.98, 1.0) and not spec._stays_plain(0.6, 1.0)
