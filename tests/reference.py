@@ -22,6 +22,12 @@ TINY_WEIGHTS = os.environ.get("LUCE_TEST_TINY_WEIGHTS", "q8_0" if ON_GPU else "f
 # flat random models, past the tolerances below (same-shape tree rows 2-5e-4 apart, seeded samples
 # parting at tokens 1-13); the SmolLM2 tests cover CUDA attention (check_greedy_divergence).
 TINY_HEAD_DIM = int(os.environ.get("LUCE_TEST_TINY_HEAD_DIM", "32"))
+# The widest tree (nodes) a test may ask to equal plain decoding token for token on a GPU: up to 8
+# rows a verify of the tiny Q8_0 models runs ggml's MMVQ, as a one-token step does, one column at a
+# time (the chain tests of 8 rows pass there); from 9 rows ggml's MMQ rounds the flat random logits
+# apart (the H100 runs of 2026-12-06: seeded samples and a deep rank-0 tree of 17 nodes parted from
+# plain at the same tokens in two runs). Wider trees are checked up to near-ties instead.
+EXACT_TREE_NODES = 17 if DEVICE == "cpu" else 8
 # Bound on |ours - float64 reference| / max|reference| for F32 draft weights: TF32 on CUDA.
 DRAFT_REF_TOL = 5e-3 if ON_GPU else 1e-4
 

@@ -13,7 +13,7 @@ import pytest
 
 from luce_engine import Engine, Model, Sampling
 from luce_engine.tree_speculative import TreeSpeculator
-from reference import DEVICE, THREADS, TINY_HEAD_DIM, TINY_WEIGHTS
+from reference import DEVICE, EXACT_TREE_NODES, THREADS, TINY_HEAD_DIM, TINY_WEIGHTS
 from test_speculative import assert_greedy_matches, chi_square, prompt
 from tools.tiny_gguf import TinyConfig, write_tiny_gguf
 
@@ -127,7 +127,8 @@ def test_a_deep_rank0_tree_accepts_the_whole_block(dense):
     p = prompt(20, 2)
     plain, _, _, _ = run(dense, p, 5 * B)
     truth = {len(p) + i: t for i, t in enumerate(plain)}
-    got, _, spec, _ = run(dense, p, 5 * B, drafter=OracleTreeDrafter(truth, 0, ratio=0.05), budget=16)
+    got, _, spec, _ = run(dense, p, 5 * B, drafter=OracleTreeDrafter(truth, 0, ratio=0.05),
+                          budget=EXACT_TREE_NODES - 1)   # the rank-0 path of 7 is the first 7 nodes taken
     assert got == plain
     assert spec.stats.acceptance_length == B   # every step emits the whole block
 
@@ -148,7 +149,8 @@ def test_sampling_same_seed_same_tokens(dense):
     plain, _, _, _ = run(dense, p, 40, sampling=s)
     truth = {len(p) + i: t for i, t in enumerate(plain)}
     for rank, missing_from in [(0, None), (1, 3), (2, None)]:
-        got, _, spec, _ = run(dense, p, 40, sampling=s, drafter=OracleTreeDrafter(truth, rank, missing_from), budget=16)
+        got, _, spec, _ = run(dense, p, 40, sampling=s, drafter=OracleTreeDrafter(truth, rank, missing_from),
+                              budget=EXACT_TREE_NODES - 1)
         assert got == plain
         assert spec.stats.n_accepted > 0
 
