@@ -22,31 +22,35 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
 
     // A cancel also stops a CPU graph between its nodes, so a long micro-batch ends promptly.
     // Not for hybrid models: an aborted graph may have updated some layers' recurrent state.
-    runner_ = std::make_unique<GraphRunner>(m_.dev, m_.n_threads, graph_max_nodes(m_), 1, /*stop_on_cancel=*/!m_.hp.hybrid());
+    runner_ = std::make_unique<GraphRunner>(m_.dev, m_.n_threads, graph_max_nodes(m_), 2, /*stop_on_cancel=*/!m_.hp.hybrid());
     kv_.allocate(m_, params_.n_ctx, cache_ggml_type(params_.type_k), cache_ggml_type(params_.type_v), params_.kv_rotation,
                  params_.n_verify_max, rollback_by_replay(m_, params_));
     if (!runner_->on_cpu() && params_.small_batch_kernels) {
-        small_batch_ = make_small_batch_runner(runner_->backend(), params_.step_graphs, KernelRows::whole_steps);
+        batch_.kernels = make_small_batch_runner(runner_->backend(), params_.step_graphs, KernelRows::whole_steps);
+        step_.kernels = make_small_batch_runner(runner_->backend(), params_.step_graphs, KernelRows::whole_steps);
     }
     debug_piecewise_ = device_is_cpu(m_.dev) && params_.debug_piecewise;
     reserve_worst_case();
 }
 
 Engine::~Engine() {
-    graph_.reset();
+    reset_graphs();
     replay_graphs_.clear();
     if (replay_alloc_) ggml_gallocr_free(replay_alloc_);
     path_moves_.clear();
     if (path_move_alloc_) ggml_gallocr_free(path_move_alloc_);
     row_moves_.clear();
     if (move_alloc_) ggml_gallocr_free(move_alloc_);
-    small_batch_.reset();   // its events and stream belong to the runner's device: gone before it is
+    batch_.kernels.reset();   // their events and streams belong to the runner's device: gone before it is
+    step_.kernels.reset();
     runner_.reset();
 }
 
 void Engine::reserve_worst_case() {
     auto g = build_graph(m_, kv_, {params_.n_batch, kv_.n_ctx, false});
-    runner_->reserve(g->gf, 0, "a batch of " + std::to_string(params_.n_batch) + " tokens (lower --max-ctx or the prefill batch)");
+    runner_->reserve(g->gf, kBatchKind, "a batch of " + std::to_string(params_.n_batch) + " tokens (lower --max-ctx or the prefill batch)");
+    auto step = build_graph(m_, kv_, {1, kv_.n_ctx, false});
+    runner_->reserve(step->gf, kStepKind, "a one-token step (lower --max-ctx)");
     uint64_t compute = runner_->compute_bytes();
     if (kv_.rec.replay) {   // the replay graph's scratch, for the longest verify
         replay_alloc_ = ggml_gallocr_new(ggml_backend_dev_buffer_type(m_.dev));
@@ -62,7 +66,7 @@ void Engine::reserve_worst_case() {
         const int nvm = kv_.rec.n_verify_max, W = 4;
         for (const GraphShape & s : {GraphShape{nvm, kv_.n_ctx, true, true, tree_paths_max(nvm), W},
                                      GraphShape{nvm, kv_.n_ctx, true, true, 1, tree_path_rows_max(nvm)}}) {
-            runner_->reserve(build_graph(m_, kv_, s)->gf, 0, "a tree verify of " + std::to_string(nvm) + " nodes");
+            runner_->reserve(build_graph(m_, kv_, s)->gf, kBatchKind, "a tree verify of " + std::to_string(nvm) + " nodes");
         }
         compute = runner_->compute_bytes() + ggml_gallocr_get_buffer_size(replay_alloc_, 0);
         path_move_alloc_ = ggml_gallocr_new(ggml_backend_dev_buffer_type(m_.dev));
@@ -73,12 +77,13 @@ void Engine::reserve_worst_case() {
         compute += ggml_gallocr_get_buffer_size(path_move_alloc_, 0);
     }
     // measured now, plus what the small-batch kernels may hold
-    plan_.compute = compute + (small_batch_ && small_batch_kernels_may_take_any(m_.ctx, KernelRows::whole_steps) ? small_batch_scratch_bound(matmul_width(m_.hp)) : 0);
+    const bool kernels_take = batch_.kernels && small_batch_kernels_may_take_any(m_.ctx, KernelRows::whole_steps);
+    plan_.compute = compute + (kernels_take ? 2 * small_batch_scratch_bound(matmul_width(m_.hp)) : 0);   // a runner a slot
     update_plan_totals(plan_, runner_->on_cpu());
 }
 
-ggml_status Engine::compute_in_pieces(ggml_cgraph * gf) {
-    if (ggml_backend_sched_get_n_splits(runner_->sched()) != 1) return runner_->compute_status(gf);
+ggml_status Engine::compute_in_pieces(ggml_cgraph * gf, int kind) {
+    if (ggml_backend_sched_get_n_splits(runner_->sched(kind)) != 1) return runner_->compute_status(gf, kind);
     std::vector<std::pair<int, int>> ranges;   // every matmul alone, the nodes between them together
     const int n = ggml_graph_n_nodes(gf);
     for (int i = 0; i < n; ++i) {
@@ -119,15 +124,16 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify,
     logits_.invalidate();   // the logits tensor is rewritten (or freed) below: unread rows are lost
     // Decode steps and verifications run on the small-batch kernels; a short prompt stays on ggml's,
     // so it fills the cache exactly as llama.cpp would.
-    ForwardGraph & g = select_graph(shape, (verify || decode) && small_batch_ && small_batch_->wants(n));
+    GraphSlot & slot = slot_for(n);
+    ForwardGraph & g = select_graph(slot, shape, (verify || decode) && slot.kernels && slot.kernels->wants(n));
     set_inputs(g, toks, n, parents);
 
-    const ggml_status status = graph_piecewise_  ? small_batch_->compute(g.gf)
-                             : debug_piecewise_ ? compute_in_pieces(g.gf)
-                                                : runner_->compute_status(g.gf);
-    if (graph_piecewise_) {
+    const ggml_status status = slot.piecewise ? slot.kernels->compute(g.gf)
+                             : debug_piecewise_ ? compute_in_pieces(g.gf, slot.kind)
+                                                : runner_->compute_status(g.gf, slot.kind);
+    if (slot.piecewise) {
         stats_.n_small_batch_evals++;
-        if (small_batch_->last_ran() == SmallBatchRunner::Ran::replayed) stats_.n_step_graph_replays++;
+        if (slot.kernels->last_ran() == SmallBatchRunner::Ran::replayed) stats_.n_step_graph_replays++;
     }
     if (status != GGML_STATUS_SUCCESS && replay_on_failure) replay_context();
     // Cancelled: nothing is committed; cells written past the context stay hidden by the mask.
@@ -137,22 +143,22 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify,
     tokens_.insert(tokens_.end(), toks, toks + n);
 }
 
-ForwardGraph & Engine::select_graph(const GraphShape & shape, bool piecewise) {
-    const bool built = runner_->use(graph_, GraphKey{shape, piecewise}, 0,
+ForwardGraph & Engine::select_graph(GraphSlot & slot, const GraphShape & shape, bool piecewise) {
+    const bool built = runner_->use(slot.graph, GraphKey{shape, piecewise}, slot.kind,
                                     [&] { return "a batch of " + std::to_string(shape.n_tokens) + " tokens"; },
                                     [&] {
-                                        graph_piecewise_ = false;
+                                        slot.piecewise = false;
                                         return build_graph(m_, kv_, shape);
                                     },
                                     [&](ForwardGraph & g) {
                                         if (!piecewise) return;
                                         for (ggml_tensor * t : {g.tokens, g.pos, g.kv_idx, g.cap_idx, g.mask, g.path_rows, g.node_slot}) {
-                                            small_batch_->place_input(runner_->sched(), t);
+                                            slot.kernels->place_input(runner_->sched(slot.kind), t);
                                         }
                                     });
-    if (built) graph_piecewise_ = piecewise && small_batch_->prepare(runner_->sched(), graph_.graph->gf, shape.n_tokens > 1);
+    if (built) slot.piecewise = piecewise && slot.kernels->prepare(runner_->sched(slot.kind), slot.graph.graph->gf, shape.n_tokens > 1);
     (built ? stats_.n_graph_builds : stats_.n_graph_reuses)++;
-    return *graph_.graph;
+    return *slot.graph.graph;
 }
 
 // Tokens, positions (one per token, or M-RoPE's four blocks t, h, w = position, e = 0 for text),
@@ -468,7 +474,7 @@ void Engine::replay_recurrent(int32_t k) {
 void Engine::set_capture(const int32_t * layers, int32_t n, bool output_convention, int32_t ring) {
     check_no_pending();
     logits_.invalidate();
-    graph_.reset();   // graphs change shape with the capture set
+    reset_graphs();   // graphs change shape with the capture set
     row_moves_.clear();   // their ring aliases too
     kv_.capture.set(m_, layers, n, output_convention, ring);
 }

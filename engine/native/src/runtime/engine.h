@@ -92,7 +92,8 @@ private:
     // parents: a tree verify's parent ids (null: a causal batch)
     void eval(const int32_t * tokens, int32_t n, bool logits_all, bool verify = false, bool decode = false,
               const int32_t * parents = nullptr);
-    ForwardGraph & select_graph(const GraphShape & shape, bool piecewise);
+    struct GraphSlot;
+    ForwardGraph & select_graph(GraphSlot & slot, const GraphShape & shape, bool piecewise);
     void set_inputs(ForwardGraph & g, const int32_t * tokens, int32_t n, const int32_t * parents);
     void begin_verify(const int32_t * tokens, int32_t n, bool keep_pre_logits);   // checks shared by both verifies
     void move_path_rows(const int32_t * nodes, int32_t k);   // engine_tree.cpp: KV and capture rows
@@ -127,19 +128,30 @@ private:
     std::vector<std::unique_ptr<ReplayGraph>> replay_graphs_;   // per k, allocated once (replay_recurrent)
     ggml_gallocr_t path_move_alloc_ = nullptr;   // the tree commit's scratch (hybrid, replay), reserved for n_verify_max
     std::vector<std::unique_ptr<PathMoveGraph>> path_moves_;    // per path length (move_recurrent_path_inputs)
-    // The last graph, replayed while its shape (and where it runs) repeats.
+    // A graph replayed while its shape (and where it runs) repeats, in one of two slots with a
+    // scheduler (runner kind) and small-batch runner each: one-token steps (decodes, a pending
+    // token's 1-row verify) and batches (verifies, prefills). A speculative decoder alternates the
+    // two, and with one slot every switch rebuilt the graph (and on a GPU recaptured it): a plain
+    // step between speculative ones cost 3.5 against 1.1 ms on the H100 (bench/RESULTS.md).
     struct GraphKey {
         GraphShape shape;
-        bool pieces = false;                 // built for small_batch_ (a verify it wants)
+        bool pieces = false;                 // built for the slot's kernels (a verify they want)
         bool operator==(const GraphKey & o) const { return shape == o.shape && pieces == o.pieces; }
     };
-    GraphRunner::Cached<ForwardGraph, GraphKey> graph_;
-    std::unique_ptr<SmallBatchRunner> small_batch_;   // CUDA: few-token graphs with our matmul kernels
-    bool graph_piecewise_ = false;           // graph_ runs on small_batch_ (else on the scheduler)
+    struct GraphSlot {
+        int kind = 0;                        // the runner's scheduler
+        GraphRunner::Cached<ForwardGraph, GraphKey> graph;
+        std::unique_ptr<SmallBatchRunner> kernels;   // CUDA: few-token graphs with our matmul kernels
+        bool piecewise = false;              // graph runs on kernels (else on the scheduler)
+    };
+    static constexpr int kBatchKind = 0, kStepKind = 1;
+    GraphSlot batch_{kBatchKind}, step_{kStepKind};
+    GraphSlot & slot_for(int n_tokens) { return n_tokens == 1 ? step_ : batch_; }
+    void reset_graphs() { batch_.graph.reset(); step_.graph.reset(); }
     // params.debug_piecewise on a CPU: every graph computes in pieces cut around its matmuls
     // (graph_views.h), which must give the scheduler's results bit for bit (tests/test_graph_pieces.py)
     bool debug_piecewise_ = false;
-    ggml_status compute_in_pieces(ggml_cgraph * gf);
+    ggml_status compute_in_pieces(ggml_cgraph * gf, int kind);
 
     std::vector<int32_t> tokens_;            // the context
     LogitRows logits_;                       // rows of the last evaluation (lazily downloaded)

@@ -72,7 +72,10 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     const uint64_t QD = uint64_t(hp.n_head) * hp.head_dim, KVD = uint64_t(hp.n_head_kv) * hp.head_dim;
     uint64_t compute = nb * (4 * E + 3 * F + 4 * QD + 2 * KVD) * 4 + uint64_t(p.n_ctx) * nb * 2 + uint64_t(hp.n_vocab) * 4;
     if (!device_is_cpu(m.dev) && (ggml_is_quantized(tk) || ggml_is_quantized(tv))) compute += 2 * uint64_t(p.n_ctx) * KVD * 2;
-    if (!device_is_cpu(m.dev) && p.small_batch_kernels && small_batch_kernels_may_take_any(m.ctx, KernelRows::whole_steps)) compute += small_batch_scratch_bound(matmul_width(hp));
+    // the one-token steps' graph of their own (Engine's step slot): its activations, mask and logits
+    compute += (4 * E + 3 * F + 4 * QD + 2 * KVD) * 4 + uint64_t(p.n_ctx) * 2 + uint64_t(hp.n_vocab) * 4;
+    // a small-batch runner's scratch for each of the two slots
+    if (!device_is_cpu(m.dev) && p.small_batch_kernels && small_batch_kernels_may_take_any(m.ctx, KernelRows::whole_steps)) compute += 2 * small_batch_scratch_bound(matmul_width(hp));
     if (replay) compute += replay_scratch_bound(hp, p.n_verify_max);
     if (replay && p.tree_verify) compute += tree_scratch_bound(hp, p.n_verify_max);
     plan.compute = compute;
