@@ -11,9 +11,10 @@ calibration — one verify of that many rows then commit(0), which changes nothi
 speculator (the app makes one per Engine), and only for a mode that could win on a lower bound of
 its cost. Each cost is a low quantile of its last runs (COST_WINDOW): the first runs of a shape
 build graphs, and a mode priced too high by a slow run is never run again to correct it. The
-Engine keeps one graph, so the first step of another mode rebuilds it (on a GPU also recaptures
-it): that step's excess over the mode's steady cost is the switch cost (StepCosts.switch), kept
-apart, and auto changes mode only where the gain wins it back within SWITCH_TOKENS tokens.
+Engine keeps one graph for batches (and one for one-token steps), so the first step of a mode with
+other verify rows rebuilds it (on a GPU also recaptures it): a step's excess over its mode's steady
+cost after another mode is the switch cost (StepCosts.switch), kept apart, and auto changes mode
+only where the gain wins it back within SWITCH_TOKENS tokens.
 
 Acceptance, counterfactually: a step that computed the draft's per-depth top-k candidates (every
 tree step, every probe, and one chain step in CAND_EVERY while trees look out of reach) keeps the
@@ -110,8 +111,9 @@ class StepCosts:
         self.warmup_runs = COLD_RUNS   # runs of each mode auto makes first (see COLD_RUNS)
         self._runs: dict = {}   # key -> the last COST_WINDOW measurements
         self.calibrated: set[tuple[str, int]] = set()   # values that come from a calibration
-        # the extra ms of the first step of another mode (the Engine keeps one graph: a batch of
-        # other rows rebuilds it, on a GPU recaptures it: 3.5 against 1.1 ms a plain step, H100)
+        # the extra ms of the first step of another mode (a batch of other rows rebuilds the
+        # Engine's batch graph, on a GPU recaptures it; with one graph for everything a plain step
+        # between speculative ones cost 3.5 against 1.1 ms on the H100)
         self.switch = 0.0
 
     def _update(self, key, ms: float) -> float:

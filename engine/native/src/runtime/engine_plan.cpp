@@ -70,10 +70,12 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     // the mask, and on GPUs the F16 copy of a quantized K/V that batched attention makes.
     const uint64_t nb = uint64_t(p.n_batch), E = uint64_t(hp.n_embd), F = uint64_t(hp.n_ff);
     const uint64_t QD = uint64_t(hp.n_head) * hp.head_dim, KVD = uint64_t(hp.n_head_kv) * hp.head_dim;
-    uint64_t compute = nb * (4 * E + 3 * F + 4 * QD + 2 * KVD) * 4 + uint64_t(p.n_ctx) * nb * 2 + uint64_t(hp.n_vocab) * 4;
+    const auto graph_bytes = [&](uint64_t n) {   // a graph of n tokens: activations, mask, logits
+        return n * (4 * E + 3 * F + 4 * QD + 2 * KVD) * 4 + uint64_t(p.n_ctx) * n * 2 + uint64_t(hp.n_vocab) * 4;
+    };
+    // the batches' graph, and the one-token steps' graph of their own (Engine's step slot)
+    uint64_t compute = graph_bytes(nb) + graph_bytes(1);
     if (!device_is_cpu(m.dev) && (ggml_is_quantized(tk) || ggml_is_quantized(tv))) compute += 2 * uint64_t(p.n_ctx) * KVD * 2;
-    // the one-token steps' graph of their own (Engine's step slot): its activations, mask and logits
-    compute += (4 * E + 3 * F + 4 * QD + 2 * KVD) * 4 + uint64_t(p.n_ctx) * 2 + uint64_t(hp.n_vocab) * 4;
     // a small-batch runner's scratch for each of the two slots
     if (!device_is_cpu(m.dev) && p.small_batch_kernels && small_batch_kernels_may_take_any(m.ctx, KernelRows::whole_steps)) compute += 2 * small_batch_scratch_bound(matmul_width(hp));
     if (replay) compute += replay_scratch_bound(hp, p.n_verify_max);
