@@ -106,7 +106,7 @@ bool replaceable(const ggml_tensor * t, KernelRows rows) {
     const ggml_tensor * x = t->src[1];
     if (!cuda::small_gemm_supports(int(w->type)) || x->type != GGML_TYPE_F32 || t->type != GGML_TYPE_F32) return false;
     if (w->ne[2] != 1 || w->ne[3] != 1 || x->ne[2] != 1 || x->ne[3] != 1) return false;
-    if (x->ne[1] < kMinTokens || x->ne[1] > kMaxTokens || !small_batch_kernels_may_take(w, rows) || x->ne[0] != w->ne[0]) return false;
+    if (x->ne[1] < kMinTokens || x->ne[1] > kMaxTokens || !small_batch_kernels_take(w, rows, x->ne[1]) || x->ne[0] != w->ne[0]) return false;
     if (w->nb[0] != ggml_type_size(w->type) || x->nb[0] != sizeof(float) || t->nb[0] != sizeof(float)) return false;
     if (x->nb[1] % sizeof(float) != 0 || t->nb[1] % sizeof(float) != 0) return false;
     // Q4_K: 16-byte block headers; Q8_0: 4-byte words at known offsets of 272-byte steps; Q6_K: 2-byte fields

@@ -33,19 +33,29 @@ inline size_t small_batch_scratch_bound(int64_t k_max) {
     return cuda::small_gemm_scratch_bytes(k_max, kSmallBatchMaxTokens);
 }
 
-// Which rows a runner's kernels take. A target's runner takes whole 256-value steps only: its
-// rounding decides the output (and must agree across batch shapes and with llama.cpp where it did),
-// and SmolLM2's Q8_0 output matrix (k = 576) on our kernels gained nothing (the chain of 7 1.25x
-// plain against 1.24x with the kernels off, H100, bench/RESULTS.md) while its decode left llama.cpp's
-// bits. A draft's runner also takes Q8_0 rows with a partial last step (k a multiple of 64): its
-// rounding only changes what is proposed, and SmolLM2's draft pass ran 0.52 against 0.59 ms.
-enum class KernelRows { whole_steps, partial_q8_steps };
+// Which rows a runner's kernels take. A target's one-token steps take whole 256-value steps only:
+// SmolLM2's Q8_0 output matrix (k = 576) on our kernels gained nothing at 8 rows (the chain of 7
+// 1.25x plain against 1.24x with the kernels off, H100, bench/RESULTS.md) while its decode left
+// llama.cpp's bits. A target's batches also take Q8_0 rows with a partial last step once they are
+// past ggml's one-kernel range (MMVQ, up to kGgmlMmvqMaxColumns columns): there ggml's MMQ rounds
+// unlike a decode anyway, and SmolLM2's 16-row verify cost 3.5 ms on it against 1.6 ms at 5 rows. A
+// draft's runner takes partial Q8_0 steps at any width: its rounding only changes what is proposed
+// (SmolLM2's draft pass ran 0.52 against 0.59 ms).
+enum class KernelRows { whole_steps, partial_q8_past_mmvq, partial_q8_steps };
 
-// Whether the kernels could take a matmul with weight w (its type and row length): a model or draft
-// without such a weight never replaces a matmul, so its runner allocates no scratch.
+// Columns up to which ggml-cuda computes a quantized matmul with MMVQ (its MMVQ_MAX_BATCH_SIZE).
+constexpr int64_t kGgmlMmvqMaxColumns = 8;
+
+// Whether the kernels could take a matmul with weight w (its type and row length) at some width: a
+// model or draft without such a weight never replaces a matmul, so its runner allocates no scratch.
 inline bool small_batch_kernels_may_take(const ggml_tensor * w, KernelRows rows) {
     return w && ggml_n_dims(w) == 2 && cuda::small_gemm_takes(int(w->type), w->ne[0]) &&
-           (rows == KernelRows::partial_q8_steps || w->ne[0] % 256 == 0);
+           (rows != KernelRows::whole_steps || w->ne[0] % 256 == 0);
+}
+// ... and at n_cols columns.
+inline bool small_batch_kernels_take(const ggml_tensor * w, KernelRows rows, int64_t n_cols) {
+    if (rows == KernelRows::partial_q8_past_mmvq && n_cols <= kGgmlMmvqMaxColumns) rows = KernelRows::whole_steps;
+    return small_batch_kernels_may_take(w, rows);
 }
 // The same for any weight of a context of weight tensors (a model's or a draft's headers).
 inline bool small_batch_kernels_may_take_any(ggml_context * weights, KernelRows rows) {
