@@ -1,10 +1,10 @@
 """luce's CUDA small-batch GEMM (engine/native/cuda/small_batch_gemm.cu) against a float64 reference.
 
-The weights are random Q4_K / Q6_K / Q8_0 blocks (every scale and minimum bit pattern occurs), dequantized
+The weights are random Q4_K / Q6_K / Q8_0 / Q4_1 blocks (every scale and minimum bit pattern occurs), dequantized
 by the gguf package; the activations are quantized to int8 per 32 values exactly as the kernel
 does (the kernels take them times their scale in f16, and f16 sums), so only float rounding is left. Shapes cover a partial last row tile, a
 superblock count that does not divide among the block's warps, every column-tile count, and Q8_0
-rows whose last 256-value step is partial.
+and Q4_1 rows whose last 256-value step is partial.
 Runs with LUCE_TEST_DEVICE=cuda:N on a luce built with its CUDA kernels.
 """
 from __future__ import annotations
@@ -20,10 +20,12 @@ from luce_engine import _core
 
 DEVICE = os.environ.get("LUCE_TEST_DEVICE", "")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not DEVICE.startswith("cuda"), reason="needs LUCE_TEST_DEVICE=cuda:N")]
-BLOCK_BYTES = {QT.Q4_K: 144, QT.Q6_K: 210, QT.Q8_0: 34}
-BLOCK_VALUES = {QT.Q4_K: 256, QT.Q6_K: 256, QT.Q8_0: 32}
-TYPES = [QT.Q4_K, QT.Q6_K, QT.Q8_0]
-TYPE_IDS = ["q4_K", "q6_K", "q8_0"]
+BLOCK_BYTES = {QT.Q4_K: 144, QT.Q6_K: 210, QT.Q8_0: 34, QT.Q4_1: 20}
+BLOCK_VALUES = {QT.Q4_K: 256, QT.Q6_K: 256, QT.Q8_0: 32, QT.Q4_1: 32}
+TYPES = [QT.Q4_K, QT.Q6_K, QT.Q8_0, QT.Q4_1]
+TYPE_IDS = ["q4_K", "q6_K", "q8_0", "q4_1"]
+# where a block's values start (what precedes them: d, and dmin or m) for the types with an offset term
+VALUES_AT = {QT.Q4_K: 16, QT.Q4_1: 4}
 
 
 def random_blocks(rng: np.random.Generator, qtype: QT, nrows: int, k: int) -> np.ndarray:
@@ -31,9 +33,10 @@ def random_blocks(rng: np.random.Generator, qtype: QT, nrows: int, k: int) -> np
     d = rng.uniform(1e-3, 1e-2, size=raw.shape[:2]).astype(np.float16).view(np.uint8).reshape(*raw.shape[:2], 2)
     if qtype == QT.Q8_0:   # d leads the block
         raw[..., 0:2] = d
-    elif qtype == QT.Q4_K:   # d, dmin lead the block
+    elif qtype in (QT.Q4_K, QT.Q4_1):   # d, then dmin (Q4_K) or m (Q4_1, either sign) lead the block
         raw[..., 0:2] = d
-        raw[..., 2:4] = rng.uniform(0, 1e-2, size=raw.shape[:2]).astype(np.float16).view(np.uint8).reshape(d.shape)
+        low = 0 if qtype == QT.Q4_K else -1e-1
+        raw[..., 2:4] = rng.uniform(low, 1e-1 if low else 1e-2, size=raw.shape[:2]).astype(np.float16).view(np.uint8).reshape(d.shape)
     else:                  # d ends it
         raw[..., 208:210] = d
     return raw.reshape(nrows, -1)
@@ -50,14 +53,14 @@ def quantized_activations(x: np.ndarray) -> np.ndarray:
 
 def reference(qtype: QT, w: np.ndarray, x: np.ndarray) -> np.ndarray:
     """y [n, nrows] as the kernel computes it, in float64: the weights' quantized values meet the
-    int8 activations times their scale rounded to f16; Q4_K's minimum term (dmin * m per 32 values)
-    meets the sums of each 32 values of x rounded to f16."""
+    int8 activations times their scale rounded to f16; the offset term of Q4_K (-dmin * m per 32
+    values) and Q4_1 (m per 32 values) meets the sums of each 32 values of x rounded to f16."""
     weights = quants.dequantize(w, qtype).astype(np.float64)
     x16 = quantized_activations(x).astype(np.float16).astype(np.float64)
-    if qtype != QT.Q4_K:
+    if qtype not in VALUES_AT:
         return x16 @ weights.T
     no_values = w.reshape(w.shape[0], -1, BLOCK_BYTES[qtype]).copy()
-    no_values[..., 16:] = 0                      # q = 0 leaves -dmin * m
+    no_values[..., VALUES_AT[qtype]:] = 0        # q = 0 leaves the offset alone
     minimums = quants.dequantize(no_values.reshape(w.shape), qtype).astype(np.float64)
     sums16 = x.reshape(x.shape[0], -1, 32).sum(axis=-1, dtype=np.float32).astype(np.float16).astype(np.float64)
     return x16 @ (weights - minimums).T + sums16 @ minimums[:, ::32].T
@@ -119,19 +122,21 @@ def test_a_column_does_not_depend_on_the_call_width(qtype):
     assert np.array_equal(y5, y16[:5])
 
 
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_1], ids=["q8_0", "q4_1"])
 @pytest.mark.parametrize("k", [64, 192, 576, 2880])
 @pytest.mark.parametrize("n", [1, 8, 9, 16])
-def test_q8_0_rows_of_partial_steps(k, n):
-    """Q8_0 rows of a multiple of 64 values but not of 256 (SmolLM2 and its draft: 576, 2880): the
-    last 256-value step has 2, 4 or 6 of its 8 blocks; the rest must add nothing and never be read
-    past the row (the next row's blocks, or past the tensor's end for the last row)."""
-    assert_matches_reference(QT.Q8_0, nrows=72, k=k, n=n, seed=k + n)
+def test_rows_of_partial_steps(qtype, k, n):
+    """Q8_0 and Q4_1 rows of a multiple of 64 values but not of 256 (SmolLM2 and its draft: 576,
+    2880): the last 256-value step has 2, 4 or 6 of its 8 blocks; the rest must add nothing and
+    never be read past the row (the next row's blocks, or past the tensor's end for the last row)."""
+    assert_matches_reference(qtype, nrows=72, k=k, n=n, seed=k + n)
 
 
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_1], ids=["q8_0", "q4_1"])
 @pytest.mark.parametrize("geometry", [(1, 3, 2), (2, 12, 3), (4, 2, 4)], ids=lambda g: "x".join(map(str, g)))
-def test_q8_0_partial_step_in_every_k_split(geometry):
+def test_partial_step_in_every_k_split(qtype, geometry):
     """The partial step is the last of the last K split, whatever the split count."""
-    assert_matches_reference(QT.Q8_0, nrows=200, k=2880, n=9, seed=sum(geometry), geometry=geometry)
+    assert_matches_reference(qtype, nrows=200, k=2880, n=9, seed=sum(geometry), geometry=geometry)
 
 
 def test_q8_0_partial_steps_do_not_depend_on_the_call_width():
@@ -155,5 +160,5 @@ def test_rejects_what_it_cannot_run():
     q8 = random_blocks(np.random.default_rng(0), QT.Q8_0, 16, 96)
     with pytest.raises(Exception, match="multiple of 64"):   # an odd block count: rows only 2-byte aligned
         _core.cuda_small_gemm(device_index(), int(QT.Q8_0), q8.tobytes(), 16, 96, np.zeros((2, 96), np.float32))
-    with pytest.raises(Exception, match="Q4_K, Q6_K and Q8_0"):
+    with pytest.raises(Exception, match="Q4_K, Q6_K, Q8_0 and Q4_1"):
         _core.cuda_small_gemm(device_index(), int(QT.Q5_K), w.tobytes(), 16, 256, np.zeros((2, 256), np.float32))

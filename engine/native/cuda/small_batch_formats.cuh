@@ -1,6 +1,6 @@
 // small_batch_formats.cuh — what the small-batch kernels (small_batch_gemm.cu) multiply: the
 // activation layout the quantize kernel writes, the tensor-core primitives, and one struct per
-// weight format (Q4KHalf, Q6KHalf, Q80Half: f16 mma) that loads one thread's part of a 256-value
+// weight format (Q4KHalf, Q6KHalf, Q80Half, Q41Half: f16 mma) that loads one thread's part of a 256-value
 // step for rows g and g + 8 and multiplies it with every column.
 // Included by small_batch_gemm.cu only (internal linkage).
 #pragma once
@@ -20,6 +20,7 @@ constexpr int kQ4KBytes = 144;    // d, dmin (f16), scales[12], qs[128]
 constexpr int kQ6KBytes = 210;    // ql[128], qh[64], scales[16] (int8), d (f16)
 constexpr int kQ80Bytes = 34;     // d (f16), qs[32] (int8): 32 values
 constexpr int kQ80Blocks = 8;     // Q8_0 blocks in the kernels' 256-value step
+constexpr int kQ41Bytes = 20;     // d, m (f16), qs[16] (value l: low nibble of qs[l], l < 16; else high of qs[l - 16])
 
 // ---- activations, quantized once for every matmul that reads them (small_batch_gemm.h's scratch) ----
 // q8_1's int8 values times their scale as f16, in the order the mma fragments take them (xh, see
@@ -407,6 +408,119 @@ struct Q80Half : Q80Blocks {
 // Q8_0 rows of k % 256 != 0: a kernel of its own takes the partial last step after its loop over
 // whole ones, so that the kernels of whole steps keep their registers.
 struct Q80HalfPartial : Q80Half {
+    static constexpr bool kPartialSteps = true;
+};
+
+// ---- Q4_1: y = d*q + m per 32-value block (SmolLM2's matrices) --------------------------------------
+// A step is 8 blocks of 20 bytes, as Q8_0's. In xh_index's layout thread t of a quad holds values
+// [8t, 8t + 8) of each block: for t = 0, 1 the low nibbles of qs bytes [8t, 8t + 8), for t = 2, 3
+// the high nibbles of bytes [8(t - 2), +8). Word h of block b is 4 of those bytes, so the same bytes
+// serve threads t and t + 2, shifted by 4 bits.
+struct Q41Rows {
+    uint32_t q[2][2 * kQ80Blocks];   // [row][2b + h]: qs bytes [8(t % 2) + 4h, +4) of block b
+    uint32_t dm[2][kQ80Blocks];      // [row][b]: d (low half) and m (high half) of block b
+};
+
+// A partial last step has `blocks` < 8 blocks (rows of k % 256 != 0, k a multiple of 64): the rest
+// read as zeros, never past the row, and meet zero activations (quantize_columns).
+__device__ __forceinline__ void load_q41_row(uint32_t (&q)[2 * kQ80Blocks], uint32_t (&dm)[kQ80Blocks], const uint8_t * p, int t,
+                                             int blocks) {
+#pragma unroll
+    for (int b = 0; b < kQ80Blocks; ++b) {
+        if (b >= blocks) {
+            q[2 * b] = q[2 * b + 1] = dm[b] = 0;
+            continue;
+        }
+        const uint8_t * blk = p + kQ41Bytes * b;
+        dm[b] = ldg_u32(blk);
+        q[2 * b] = ldg_u32(blk + 4 + 8 * (t % 2));
+        q[2 * b + 1] = ldg_u32(blk + 8 + 8 * (t % 2));
+    }
+}
+
+struct Q41Blocks {
+    static constexpr int kBytes = kQ80Blocks * kQ41Bytes;
+    static constexpr bool kPartialSteps = false;
+    using Rows = Q41Rows;
+    static __device__ __forceinline__ void load(Rows & r, const uint8_t * a, const uint8_t * b, int t, int blocks) {
+        load_q41_row(r.q[0], r.dm[0], a, t, blocks);
+        load_q41_row(r.q[1], r.dm[1], b, t, blocks);
+    }
+};
+
+// Q4_1 on f16 tensor cores: q as exact f16 (1024 + q with 1024 taken off), two m16n8k16 mma per block
+// pair and word into each block's own sum, d applied in f32 as Q80Half does; the m term, the sum
+// over the step's 8 blocks of m * (the block's activation sum), is one m16n8k8 mma as Q4KHalf's
+// minimums (m and the sums in f16, as ggml's q8_1 sums).
+struct Q41Half : Q41Blocks {
+
+    template <int NT>
+    static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
+                                                    int g, int t) {
+        constexpr int n_pad = 8 * NT;
+        bool live[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) live[nt] = nt * 8 + g < cols.n;
+        const uint4 * xh = cols.xh + (i * 8 * n_pad + g) * 4 + t;   // + ((2j + h) * n_pad + nt * 8) * 4
+        const __half2 k1024 = __float2half2_rn(1024.0f);
+        const int shift = 4 * (t / 2);   // threads 2, 3 take the high nibbles
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {   // blocks 2j (u = 0) and 2j + 1 (u = 1)
+            float c[2][NT][4] = {};
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                uint32_t a[2][4];   // [u][mma register]: rows g, g + 8 of (e0, e2), then (e1, e3)
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        const uint32_t w = cur.q[r][2 * (2 * j + u) + h] >> shift;
+                        a[u][r] = half2_bits(__hsub2(bits_half2(masked_into_half2<0x000F000Fu>(w)), k1024));
+                        a[u][2 + r] = half2_bits(__hsub2(bits_half2(masked_into_half2<0x000F000Fu>(w >> 8)), k1024));
+                    }
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const uint4 bx = live[nt] ? xh[((2 * j + h) * n_pad + nt * 8) * 4] : make_uint4(0, 0, 0, 0);
+                    mma_f16_k16(c[0][nt], a[0][0], a[0][1], a[0][2], a[0][3], bx.x, bx.y);
+                    mma_f16_k16(c[1][nt], a[1][0], a[1][1], a[1][2], a[1][3], bx.z, bx.w);
+                }
+            }
+            float d[2][2];   // [row][u]: d of blocks 2j, 2j + 1
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                d[r][0] = f16_bits(cur.dm[r][2 * j] & 0xffffu);
+                d[r][1] = f16_bits(cur.dm[r][2 * j + 1] & 0xffffu);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[nt][e] += d[e / 2][0] * c[0][nt][e] + d[e / 2][1] * c[1][nt][e];
+            }
+        }
+        // m of blocks 2t, 2t + 1 for rows g and g + 8 (m16n8k8's A) times the blocks' sums
+        // (selected, not indexed by t: an index known only at run time would put dm in local memory)
+        uint32_t am[2] = {0u, 0u};
+#pragma unroll
+        for (int tt = 0; tt < 4; ++tt) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                if (tt == t) am[r] = __byte_perm(cur.dm[r][2 * tt], cur.dm[r][2 * tt + 1], 0x7632);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            float ms[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const uint32_t sums = live[nt] ? cols.xsum[(i * n_pad + nt * 8 + g) * 4 + t] : 0u;
+            mma_f16_k8(ms, am[0], am[1], sums);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[nt][e] += ms[e];
+        }
+    }
+};
+
+// Q4_1 rows of k % 256 != 0 (SmolLM2's k = 576): the partial last step in a kernel of its own.
+struct Q41HalfPartial : Q41Half {
     static constexpr bool kPartialSteps = true;
 };
 

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_small(const uint8_t * __r
 
     typename Format::Rows cur, next;
     int64_t i = int64_t(blockIdx.y) * per_split + ks;
-    // whole steps in the loop; Q8_0's partial last step (last_blocks < 8, in a kernel of its own)
+    // whole steps in the loop; a Q8_0 or Q4_1 partial last step (last_blocks < 8, in a kernel of its own)
     // after it, by the warp whose turn it is, so the loop keeps its registers
     int64_t end_whole = end;
     if constexpr (Format::kPartialSteps) end_whole = min(end, n_super - 1);
@@ -207,6 +207,7 @@ cudaError_t launch(const SmallGemm & g, const ScratchParts & p, SmallGemmGeometr
     switch (g.type) {
         case kTypeQ6K: return launch_format<Q6KHalf, NT>(g, p, geo, s);
         case kTypeQ80: return g.k % kQK == 0 ? launch_format<Q80Half, NT>(g, p, geo, s) : launch_format<Q80HalfPartial, NT>(g, p, geo, s);
+        case kTypeQ41: return g.k % kQK == 0 ? launch_format<Q41Half, NT>(g, p, geo, s) : launch_format<Q41HalfPartial, NT>(g, p, geo, s);
         default: return launch_format<Q4KHalf, NT>(g, p, geo, s);
     }
 }
@@ -235,13 +236,15 @@ size_t small_gemm_step_bytes(int ggml_type) {
         case kTypeQ4K: return kQ4KBytes;
         case kTypeQ6K: return kQ6KBytes;
         case kTypeQ80: return size_t(kQ80Blocks) * kQ80Bytes;
+        case kTypeQ41: return size_t(kQ80Blocks) * kQ41Bytes;
         default: return 0;
     }
 }
 
 size_t small_gemm_row_bytes(int ggml_type, int64_t k) {
     if (!small_gemm_takes(ggml_type, k)) return 0;
-    return ggml_type == kTypeQ80 ? size_t(k / 32) * kQ80Bytes : size_t(k / kQK) * small_gemm_step_bytes(ggml_type);
+    if (ggml_type == kTypeQ80 || ggml_type == kTypeQ41) return size_t(k / 32) * small_gemm_step_bytes(ggml_type) / kQ80Blocks;
+    return size_t(k / kQK) * small_gemm_step_bytes(ggml_type);
 }
 
 // Chosen from bench/gpu/small_gemm_bench.cu's sweep on the H200 (bench/RESULTS.md). The row tiles and
@@ -250,13 +253,13 @@ size_t small_gemm_row_bytes(int ggml_type, int64_t k) {
 // split only for matrices whose row blocks do not give every SM one. Three blocks an SM without
 // prefetch up to 8 columns, and up to 16 but for the Q4_K matrices of 16K rows or more, where two
 // with prefetch were 6-22% faster at 16 columns; wider calls, whose accumulators would spill under
-// the three-block register cap, two with prefetch. Q8_0 takes Q4_K's row tiles and three blocks.
+// the three-block register cap, two with prefetch. Q8_0 and Q4_1 take Q4_K's row tiles and three blocks.
 SmallGemmGeometry small_gemm_geometry(const SmallGemm & g) {
     SmallGemmGeometry geo;
     geo.row_tiles = g.type != kTypeQ6K && g.nrows >= 8192 ? 2 : 1;
     const bool tall_q4k = g.type == kTypeQ4K && g.nrows >= 16384;
-    // Q8_0 holds twice Q4_K's registers a step: a prefetched next step would spill
-    geo.blocks_per_sm = g.n <= 8 || (g.n <= 16 && !tall_q4k) || g.type == kTypeQ80 ? 3 : 2;
+    // Q8_0 and Q4_1 hold twice Q4_K's registers a step: a prefetched next step would spill
+    geo.blocks_per_sm = g.n <= 8 || (g.n <= 16 && !tall_q4k) || g.type == kTypeQ80 || g.type == kTypeQ41 ? 3 : 2;
     geo.k_splits = 1;
     const int64_t sms = std::max(1, g.n_sm), blocks = row_blocks(g, geo.row_tiles);
     if (blocks < sms) {

@@ -8,7 +8,7 @@
 //
 // Numerics follow ggml's q8_1 path: activations are quantized to int8 per 32 values with a float
 // scale, and the f16 kernels take those int8 values times their scale, and the 32 values' sums, in
-// f16; Q4_K, Q6_K and Q8_0 weights enter the mma as exact f16 integers, block scales apply in float.
+// f16; Q4_K, Q6_K, Q8_0 and Q4_1 weights enter the mma as exact f16 integers, block scales apply in float.
 // A column's result does not depend on how many other columns the call has: a token gets the same
 // matmul outputs in a 1-token step as in a 16-token verify.
 #pragma once
@@ -21,12 +21,14 @@ namespace luce::cuda {
 constexpr int kSmallGemmMaxCols = 32;
 
 // Weight types these kernels take (ggml_type values).
-constexpr int kTypeQ80 = 8, kTypeQ4K = 12, kTypeQ6K = 14;
-constexpr bool small_gemm_supports(int ggml_type) { return ggml_type == kTypeQ80 || ggml_type == kTypeQ4K || ggml_type == kTypeQ6K; }
-// The row lengths k they take: whole superblocks of 256 for Q4_K and Q6_K; for Q8_0 any multiple of
-// 64 (rows of an even number of 34-byte blocks stay 4-byte aligned), the last 256-value step partial
-// (SmolLM2's and its draft's k = 576 and 2880).
-constexpr int small_gemm_k_multiple(int ggml_type) { return ggml_type == kTypeQ80 ? 64 : 256; }
+constexpr int kTypeQ41 = 3, kTypeQ80 = 8, kTypeQ4K = 12, kTypeQ6K = 14;
+constexpr bool small_gemm_supports(int ggml_type) {
+    return ggml_type == kTypeQ41 || ggml_type == kTypeQ80 || ggml_type == kTypeQ4K || ggml_type == kTypeQ6K;
+}
+// The row lengths k they take: whole superblocks of 256 for Q4_K and Q6_K; for Q8_0 and Q4_1 any
+// multiple of 64 (rows of an even number of 34- or 20-byte blocks stay 4-byte aligned), the last
+// 256-value step partial (SmolLM2's k = 576, its draft's 576 and 2880).
+constexpr int small_gemm_k_multiple(int ggml_type) { return ggml_type == kTypeQ80 || ggml_type == kTypeQ41 ? 64 : 256; }
 constexpr bool small_gemm_takes(int ggml_type, int64_t k) {
     return small_gemm_supports(ggml_type) && k > 0 && k % small_gemm_k_multiple(ggml_type) == 0;
 }

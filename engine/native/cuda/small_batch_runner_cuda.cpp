@@ -100,17 +100,17 @@ std::atomic<unsigned long long> g_step_capture_serial{0};
 
 // A matmul our kernels compute exactly as ggml defines it: quantized 2D weights in device memory
 // with aligned rows, f32 activations and output with contiguous columns, kMinTokens..kMaxTokens columns.
-bool replaceable(const ggml_tensor * t, KernelRows rows) {
+bool replaceable(const ggml_tensor * t, KernelScope scope) {
     if (t->op != GGML_OP_MUL_MAT) return false;
     const ggml_tensor * w = t->src[0];
     const ggml_tensor * x = t->src[1];
     if (!cuda::small_gemm_supports(int(w->type)) || x->type != GGML_TYPE_F32 || t->type != GGML_TYPE_F32) return false;
     if (w->ne[2] != 1 || w->ne[3] != 1 || x->ne[2] != 1 || x->ne[3] != 1) return false;
-    if (x->ne[1] < kMinTokens || x->ne[1] > kMaxTokens || !small_batch_kernels_take(w, rows, x->ne[1]) || x->ne[0] != w->ne[0]) return false;
+    if (x->ne[1] < kMinTokens || x->ne[1] > kMaxTokens || !small_batch_kernels_take(w, scope, x->ne[1]) || x->ne[0] != w->ne[0]) return false;
     if (w->nb[0] != ggml_type_size(w->type) || x->nb[0] != sizeof(float) || t->nb[0] != sizeof(float)) return false;
     if (x->nb[1] % sizeof(float) != 0 || t->nb[1] % sizeof(float) != 0) return false;
-    // Q4_K: 16-byte block headers; Q8_0: 4-byte words at known offsets of 272-byte steps; Q6_K: 2-byte fields
-    const size_t align = w->type == GGML_TYPE_Q4_K ? 16 : w->type == GGML_TYPE_Q8_0 ? 4 : 2;
+    // Q4_K: 16-byte block headers; Q8_0, Q4_1: 4-byte words at known offsets of 272- / 160-byte steps; Q6_K: 2-byte fields
+    const size_t align = w->type == GGML_TYPE_Q4_K ? 16 : w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q4_1 ? 4 : 2;
     if (reinterpret_cast<uintptr_t>(w->data) % align != 0 || w->nb[1] % align != 0) return false;
     const ggml_backend_buffer_t wbuf = storage(w)->buffer;
     return wbuf && !ggml_backend_buffer_is_host(wbuf) && w->data && x->data && t->data;
@@ -148,9 +148,9 @@ class CudaSmallBatchRunner final : public SmallBatchRunner {
 
 public:
     CudaSmallBatchRunner(ggml_backend_t backend, int device, int n_sm, ggml_backend_event_t to_ours, ggml_backend_event_t to_ggml,
-                         cudaStream_t stream, bool step_graphs, KernelRows rows)
+                         cudaStream_t stream, bool step_graphs, KernelScope scope)
         : backend_(backend), device_(device), n_sm_(n_sm), to_ours_(to_ours), to_ggml_(to_ggml), stream_(stream),
-          step_graphs_(step_graphs), rows_(rows) {
+          step_graphs_(step_graphs), scope_(scope) {
         // Debug switch (like ggml's GGML_CUDA_DISABLE_GRAPHS, read once here): LUCE_SMALL_BATCH_CHECK=1
         // compares each of our matmuls with ggml's on a graph's first compute (see check_against_ggml).
         const char * c = std::getenv("LUCE_SMALL_BATCH_CHECK");
@@ -189,7 +189,7 @@ public:
         size_t need = 0;
         for (int i = 0; i < n_nodes; ++i) {
             const ggml_tensor * t = ggml_graph_node(gf, i);
-            const bool ours = replaceable(t, rows_);
+            const bool ours = replaceable(t, scope_);
             if (ours) {
                 ++n_replaced_;
                 need = std::max(need, cuda::small_gemm_scratch_bytes(t->src[0]->ne[0], int(t->src[1]->ne[1])));
@@ -379,7 +379,7 @@ private:
     bool check_ = false, checked_ = false;
     cudaStream_t ggml_stream_ = nullptr;   // ggml's, where ours run when found
     bool step_graphs_;
-    KernelRows rows_;
+    KernelScope scope_;
     bool capture_next_ = false;             // the next compute captures the step graph
     cudaGraphExec_t step_exec_ = nullptr;   // the prepared graph as one CUDA graph, once captured
     Ran ran_ = Ran::pieces;
@@ -398,7 +398,7 @@ int cuda_device_index(ggml_backend_dev_t dev) {
 
 } // namespace
 
-std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend, bool step_graphs, KernelRows rows) {
+std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend, bool step_graphs, KernelScope scope) {
     ggml_backend_dev_t dev = ggml_backend_get_device(backend);
     const int device = dev ? cuda_device_index(dev) : -1;
     if (device < 0) return nullptr;
@@ -423,7 +423,7 @@ std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend
         if (b) ggml_backend_event_free(b);
         return nullptr;
     }
-    return std::make_unique<CudaSmallBatchRunner>(backend, device, prop.multiProcessorCount, a, b, stream, step_graphs, rows);
+    return std::make_unique<CudaSmallBatchRunner>(backend, device, prop.multiProcessorCount, a, b, stream, step_graphs, scope);
 }
 
 } // namespace luce
@@ -434,9 +434,9 @@ extern "C" luce_status luce_cuda_small_gemm(int32_t device, int32_t ggml_type, c
     using luce::Error;
     return luce::guarded([&] {
         REQUIRE(w && x && y && nrows > 0 && k > 0, "weights, activations and output are required");
-        REQUIRE(luce::cuda::small_gemm_supports(ggml_type), "the small-batch kernels take Q4_K, Q6_K and Q8_0 weights");
-        REQUIRE(luce::cuda::small_gemm_takes(ggml_type, k), ggml_type == luce::cuda::kTypeQ80 ? "k must be a multiple of 64 for Q8_0"
-                                                                                               : "k must be a multiple of 256 for Q4_K and Q6_K");
+        REQUIRE(luce::cuda::small_gemm_supports(ggml_type), "the small-batch kernels take Q4_K, Q6_K, Q8_0 and Q4_1 weights");
+        REQUIRE(luce::cuda::small_gemm_takes(ggml_type, k), luce::cuda::small_gemm_k_multiple(ggml_type) == 64 ? "k must be a multiple of 64 for Q8_0 and Q4_1"
+                                                                                                              : "k must be a multiple of 256 for Q4_K and Q6_K");
         REQUIRE(n >= 1 && n <= luce::cuda::kSmallGemmMaxCols, "n must be 1..32");
         cudaDeviceProp prop{};
         if (cudaSetDevice(device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess ||

@@ -30,8 +30,8 @@ static size_t draft_max_nodes(const DraftHParams & hp) { return size_t(64) * hp.
 DraftContext::DraftContext(DraftModel & d, int n_ctx_draft, bool small_batch_kernels, bool step_graphs)
     : d_(d), runner_(d.dev, d.target->n_threads, draft_max_nodes(d.hp), kKinds, /*stop_on_cancel=*/false) {
     if (small_batch_kernels && !runner_.on_cpu()) {
-        block_kernels_.runner = make_small_batch_runner(runner_.backend(), step_graphs, KernelRows::partial_q8_steps);
-        inject_kernels_.runner = make_small_batch_runner(runner_.backend(), step_graphs, KernelRows::partial_q8_steps);
+        block_kernels_.runner = make_small_batch_runner(runner_.backend(), step_graphs, KernelScope::all_formats);
+        inject_kernels_.runner = make_small_batch_runner(runner_.backend(), step_graphs, KernelScope::all_formats);
     }
     const DraftHParams & hp = d_.hp;
     B_ = hp.block_size;

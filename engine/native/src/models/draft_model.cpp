@@ -371,8 +371,8 @@ uint64_t draft_compute_bytes_estimate(const DraftModel & d, int n_ctx_draft) {
     const uint64_t top_k = f32 * 3 * V * B + 4 * f32 * LUCE_MAX_STEP_TOKENS * B + 4096;   // + the [1, B] rows, padding
     // on a GPU, the small-batch kernels' scratch of the block's and the injection's runner, held only
     // once they take a matmul (the LM head may be the target's)
-    const bool takes = small_batch_kernels_may_take(d.output, KernelRows::partial_q8_steps) ||
-                       small_batch_kernels_may_take_any(d.ctx, KernelRows::partial_q8_steps);
+    const bool takes = small_batch_kernels_may_take(d.output, KernelScope::all_formats) ||
+                       small_batch_kernels_may_take_any(d.ctx, KernelScope::all_formats);
     const uint64_t kernels = device_is_cpu(d.dev) || !takes ? 0 : 2 * small_batch_scratch_bound(int64_t(std::max({Nf * E, F, E, Q})));
     return inject + inject_ring + draft + top_k + small_inputs + f32 * V + kernels;
 }

@@ -26,8 +26,8 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
     kv_.allocate(m_, params_.n_ctx, cache_ggml_type(params_.type_k), cache_ggml_type(params_.type_v), params_.kv_rotation,
                  params_.n_verify_max, rollback_by_replay(m_, params_));
     if (!runner_->on_cpu() && params_.small_batch_kernels) {
-        batch_.kernels = make_small_batch_runner(runner_->backend(), params_.step_graphs, KernelRows::partial_q8_past_mmvq);
-        step_.kernels = make_small_batch_runner(runner_->backend(), params_.step_graphs, KernelRows::whole_steps);
+        batch_.kernels = make_small_batch_runner(runner_->backend(), params_.step_graphs, KernelScope::more_past_mmvq);
+        step_.kernels = make_small_batch_runner(runner_->backend(), params_.step_graphs, KernelScope::core_formats);
     }
     debug_piecewise_ = device_is_cpu(m_.dev) && params_.debug_piecewise;
     reserve_worst_case();
@@ -77,7 +77,7 @@ void Engine::reserve_worst_case() {
         compute += ggml_gallocr_get_buffer_size(path_move_alloc_, 0);
     }
     // measured now, plus what the small-batch kernels may hold
-    const bool kernels_take = batch_.kernels && small_batch_kernels_may_take_any(m_.ctx, KernelRows::partial_q8_past_mmvq);
+    const bool kernels_take = batch_.kernels && small_batch_kernels_may_take_any(m_.ctx, KernelScope::more_past_mmvq);
     plan_.compute = compute + (kernels_take ? 2 * small_batch_scratch_bound(matmul_width(m_.hp)) : 0);   // a runner a slot
     update_plan_totals(plan_, runner_->on_cpu());
 }

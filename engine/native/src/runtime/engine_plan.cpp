@@ -77,7 +77,7 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     uint64_t compute = graph_bytes(nb) + graph_bytes(1);
     if (!device_is_cpu(m.dev) && (ggml_is_quantized(tk) || ggml_is_quantized(tv))) compute += 2 * uint64_t(p.n_ctx) * KVD * 2;
     // a small-batch runner's scratch for each of the two slots
-    if (!device_is_cpu(m.dev) && p.small_batch_kernels && small_batch_kernels_may_take_any(m.ctx, KernelRows::partial_q8_past_mmvq)) compute += 2 * small_batch_scratch_bound(matmul_width(hp));
+    if (!device_is_cpu(m.dev) && p.small_batch_kernels && small_batch_kernels_may_take_any(m.ctx, KernelScope::more_past_mmvq)) compute += 2 * small_batch_scratch_bound(matmul_width(hp));
     if (replay) compute += replay_scratch_bound(hp, p.n_verify_max);
     if (replay && p.tree_verify) compute += tree_scratch_bound(hp, p.n_verify_max);
     plan.compute = compute;

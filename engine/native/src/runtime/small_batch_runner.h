@@ -33,34 +33,39 @@ inline size_t small_batch_scratch_bound(int64_t k_max) {
     return cuda::small_gemm_scratch_bytes(k_max, kSmallBatchMaxTokens);
 }
 
-// Which rows a runner's kernels take. A target's one-token steps take whole 256-value steps only:
-// SmolLM2's Q8_0 output matrix (k = 576) on our kernels gained nothing at 8 rows (the chain of 7
-// 1.25x plain against 1.24x with the kernels off, H100, bench/RESULTS.md) while its decode left
-// llama.cpp's bits. A target's batches also take Q8_0 rows with a partial last step once they are
-// past ggml's one-kernel range (MMVQ, up to kGgmlMmvqMaxColumns columns): there ggml's MMQ rounds
-// unlike a decode anyway, and SmolLM2's 16-row verify cost 3.5 ms on it against 1.6 ms at 5 rows. A
-// draft's runner takes partial Q8_0 steps at any width: its rounding only changes what is proposed
+// Which matmuls a runner's kernels take. A target's one-token steps take the core formats only:
+// Q4_K, Q6_K and Q8_0 rows of whole 256-value steps (the 27B's). SmolLM2's Q8_0 output matrix (k =
+// 576) on our kernels gained nothing at 8 rows (the chain of 7 1.25x plain against 1.24x with the
+// kernels off, H100, bench/RESULTS.md) while its decode left llama.cpp's bits. A target's batches
+// also take Q4_1 and Q8_0 rows with a partial last step (SmolLM2's) once they are past ggml's
+// one-kernel range (MMVQ, up to kGgmlMmvqMaxColumns columns): there ggml's MMQ rounds unlike a
+// decode anyway, and its stream-k fix-ups made SmolLM2's 9-row verify 3.4 ms against 1.9 at 8 rows.
+// A draft's runner takes every format at any width: its rounding only changes what is proposed
 // (SmolLM2's draft pass ran 0.52 against 0.59 ms).
-enum class KernelRows { whole_steps, partial_q8_past_mmvq, partial_q8_steps };
+enum class KernelScope { core_formats, more_past_mmvq, all_formats };
 
 // Columns up to which ggml-cuda computes a quantized matmul with MMVQ (its MMVQ_MAX_BATCH_SIZE).
 constexpr int64_t kGgmlMmvqMaxColumns = 8;
 
+inline bool small_batch_core_format(const ggml_tensor * w) {
+    return w->type != GGML_TYPE_Q4_1 && w->ne[0] % 256 == 0;
+}
+
 // Whether the kernels could take a matmul with weight w (its type and row length) at some width: a
 // model or draft without such a weight never replaces a matmul, so its runner allocates no scratch.
-inline bool small_batch_kernels_may_take(const ggml_tensor * w, KernelRows rows) {
+inline bool small_batch_kernels_may_take(const ggml_tensor * w, KernelScope scope) {
     return w && ggml_n_dims(w) == 2 && cuda::small_gemm_takes(int(w->type), w->ne[0]) &&
-           (rows != KernelRows::whole_steps || w->ne[0] % 256 == 0);
+           (scope != KernelScope::core_formats || small_batch_core_format(w));
 }
 // ... and at n_cols columns.
-inline bool small_batch_kernels_take(const ggml_tensor * w, KernelRows rows, int64_t n_cols) {
-    if (rows == KernelRows::partial_q8_past_mmvq && n_cols <= kGgmlMmvqMaxColumns) rows = KernelRows::whole_steps;
-    return small_batch_kernels_may_take(w, rows);
+inline bool small_batch_kernels_take(const ggml_tensor * w, KernelScope scope, int64_t n_cols) {
+    if (scope == KernelScope::more_past_mmvq && n_cols <= kGgmlMmvqMaxColumns) scope = KernelScope::core_formats;
+    return small_batch_kernels_may_take(w, scope);
 }
 // The same for any weight of a context of weight tensors (a model's or a draft's headers).
-inline bool small_batch_kernels_may_take_any(ggml_context * weights, KernelRows rows) {
+inline bool small_batch_kernels_may_take_any(ggml_context * weights, KernelScope scope) {
     for (ggml_tensor * t = ggml_get_first_tensor(weights); t; t = ggml_get_next_tensor(weights, t)) {
-        if (small_batch_kernels_may_take(t, rows)) return true;
+        if (small_batch_kernels_may_take(t, scope)) return true;
     }
     return false;
 }
@@ -93,7 +98,7 @@ public:
 // The runner for `backend`, or null when it cannot run there: not a CUDA device of compute
 // capability 8.0 or more, or luce built without CUDA. (Engines made with
 // luce_engine_params.small_batch_kernels false never ask for one.) step_graphs: capture and replay
-// each prepared graph as one CUDA graph (luce_engine_params.step_graphs); rows: the weights it takes.
-std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend, bool step_graphs, KernelRows rows);
+// each prepared graph as one CUDA graph (luce_engine_params.step_graphs); scope: the matmuls it takes.
+std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend, bool step_graphs, KernelScope scope);
 
 } // namespace luce
