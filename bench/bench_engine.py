@@ -120,6 +120,16 @@ def llama_bench(binary: str, path: str, *, prefill: list[int], verify: list[int]
     return out
 
 
+def llama_bench_decode(binary: str, path: str, *, decode: int, threads: int, gpu: bool) -> float:
+    """One llama-bench decode run (tg of `decode` tokens, one repetition): tok/s."""
+    cmd = [binary, "-m", path, "-ngl", "99" if gpu else "0", "-fa", "on", "-t", str(threads), "-r", "1",
+           "-p", "0", "-n", str(decode), "-o", "json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"llama-bench failed ({r.returncode}): {r.stderr[-1500:]}")
+    return float(json.loads(r.stdout)[0]["avg_ts"])
+
+
 def synthetic_tokens(n: int, n_vocab: int, seed: int = 0) -> list[int]:
     # ordinary-looking ids away from the special tokens at the start of the vocabulary
     return [int(t) for t in np.random.default_rng(seed).integers(min(1000, n_vocab // 4), n_vocab, n)]
@@ -147,6 +157,9 @@ def main() -> int:
     ap.add_argument("--repack-weights", choices=("on", "off"), default=None,
                     help="CPU: ggml's repacked weight layout, as llama.cpp uses it (default: the engine's)")
     ap.add_argument("--llama-bench", default=None, metavar="BIN", help="also run llama.cpp's llama-bench on the file")
+    ap.add_argument("--interleave-llama-bench", action="store_true",
+                    help="also run llama-bench's decode once between each of our decode repeats (a shared host's "
+                         "drift then hits both alike; its own run after ours does not interleave)")
     ap.add_argument("--skip-llama-cpp", action="store_true", help="measure luce alone (no llama-cpp-python peer)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -176,12 +189,18 @@ def main() -> int:
     for p in peers.values():
         p.decode_seconds(prompt, 16)
     decode = {k: [] for k in peers}
+    interleaved = args.interleave_llama_bench and args.llama_bench
+    if interleaved:
+        decode["llama-bench"] = []
     same_tokens = True
     for _ in range(args.repeats):
         outs = {}
         for name, p in peers.items():
             secs, outs[name] = p.decode_seconds(prompt, args.decode_tokens)
             decode[name].append(args.decode_tokens / secs)
+        if interleaved:
+            decode["llama-bench"].append(llama_bench_decode(args.llama_bench, path, decode=args.decode_tokens,
+                                                            threads=args.threads, gpu=gpu))
         same_tokens &= outs["luce"] == outs.get("llama.cpp", outs["luce"])
 
     prefill = {k: {} for k in peers}
@@ -245,6 +264,9 @@ def main() -> int:
     print(f"{'metric':<22}{'luce':>12}{'llama.cpp':>12}{'ratio':>9}{'llama-bench':>13}")
     print(f"{'decode tok/s':<22}{med['luce']:>12.1f}{num(med.get('llama.cpp'))}{num(result['decode_ratio'], 9, 3)}"
           f"{num(lb['decode_tok_s'], 13)}")
+    if "llama-bench" in med:
+        print(f"{'decode, interleaved':<22}{med['luce']:>12.1f}{'':>12}{med['luce'] / med['llama-bench']:>9.3f}"
+              f"{med['llama-bench']:>13.1f}   (llama-bench run once between our repeats; ratio: luce / llama-bench)")
     for n in prefill_lengths:
         print(f"{f'prefill {n} tok/s':<22}{prefill['luce'][n]:>12.1f}{num(prefill.get('llama.cpp', {}).get(n))}"
               f"{num(result['prefill_ratio'][n], 9, 3)}{num(lb['prefill_tok_s'].get(n), 13)}")
