@@ -24,7 +24,9 @@ along it: exactly what that mode would have accepted at that step. This holds at
 T > 0 too, because every mode draws from the engine's generator once per emitted token in plain
 decoding's order, so the continuation is the same whichever mode emits it (up to batch-shape
 rounding, which can differ between modes: then it is an approximation). A chain step without
-candidates gives the chain's own count. The estimates are EMAs (ACC_ALPHA) of these counts.
+candidates gives the chain's own count. The estimates are EMAs (ACC_ALPHA) of these counts, which
+average their first counts alike and weigh a count more the more tokens have passed since the last
+one (ACC_HALF_LIFE): a probe after a plain stretch measures today's text.
 
 Plain vs speculation: while plain wins, only a speculative step can tell that the text has become
 predictable. A probe (one step of the best speculative mode, with candidates) comes after `gap`
@@ -66,6 +68,7 @@ AUTO_TREE_BUDGETS = (8, 16, 32)   # the tree budgets auto weighs (with --tree-bu
 AUTO_CHAIN_LENGTHS = (3, 7)
 PLAIN, CHAIN = "plain", "chain"
 ACC_ALPHA = 0.1          # weight of the newest acceptance count (bench/sim_auto.py: 0.2 left on dips)
+ACC_HALF_LIFE = 128       # ... at least 1 - 0.5 ** (tokens since the last count / this): old counts fade
 INJECT_ALPHA = 0.05      # ... of an injection in the fit of its cost (sizes vary: probes are large)
 SPIKE = 3.0              # an injection's cost moves its line by at most this many times
 # A cost is a low quantile of its last runs, not a mean: slow runs are outliers one way (a graph
@@ -244,11 +247,12 @@ class _Record:
     (the largest budget's tree, of which the others are prefixes); the chains share their drafts'
     (a short chain of length n: its first n + 1 nodes)."""
 
-    __slots__ = ("c", "pending")
+    __slots__ = ("c", "at", "pending")
 
     def __init__(self, c: int, drafts: list[int] | None, tree: Tree | None, sizes: dict[str, int],
-                 chains: dict[str, int] | None = None):
+                 chains: dict[str, int] | None = None, at: int = 0):
         self.c = c
+        self.at = at   # the speculator's token count when the step ran (AdaptiveSpeculator._tokens_seen)
         self.pending: dict[str, tuple[_Shape, int]] = {}
         if drafts is not None:
             shape = _Shape.of_chain(drafts)
@@ -286,6 +290,8 @@ class AdaptiveSpeculator(ChainSpeculator):
                            for m in self.modes if m != PLAIN]
         self.acceptance: dict[str, float] = {}     # mode -> EMA of accepted drafts per step
         self.n_samples: collections.Counter = collections.Counter()   # mode -> acceptance counts seen
+        self._acc_at: dict[str, int] = {}          # mode -> _tokens_seen of its latest count
+        self._tokens_seen = 0                       # tokens this speculator has emitted, every reply
         self.resolved: collections.deque = collections.deque(maxlen=256)   # (c, mode, count), the latest
         self.mode_steps: collections.Counter = collections.Counter()  # mode -> steps run (all replies)
         self.reply_tokens: collections.Counter = collections.Counter()   # mode -> tokens of this reply
@@ -339,6 +345,7 @@ class AdaptiveSpeculator(ChainSpeculator):
         self.last_mode = mode
         self.mode_steps[mode] += 1
         self.reply_tokens[mode] += len(r.tokens)
+        self._tokens_seen += len(r.tokens)
         self._expect_at = eng.n_past
         self._resolve()
         return r
@@ -528,7 +535,7 @@ class AdaptiveSpeculator(ChainSpeculator):
                 self.costs.observe_draft("chain", (time.perf_counter() - t_inj) * 1e3)
                 tree = chain_tree(x0, drafts[:self._chain_length(mode)])
                 if full:
-                    self._records.append(_Record(c, drafts, None, {}, self.chains))
+                    self._records.append(_Record(c, drafts, None, {}, self.chains, self._tokens_seen))
         t1 = time.perf_counter()
         if tree is None:
             tree = Tree([x0], [-1], [0], [0.0])
@@ -566,7 +573,7 @@ class AdaptiveSpeculator(ChainSpeculator):
         drafts = np.asarray(toks)[:n_depth, 0].tolist()   # the chain: the rank-0 candidates
         tree = build_tree(x0, toks, lp, max(sizes[m] for m in need) - 1, max_depth=n_depth) if need else None
         if full:
-            self._records.append(_Record(c, drafts, tree, sizes, self.chains))
+            self._records.append(_Record(c, drafts, tree, sizes, self.chains, self._tokens_seen))
         return chain_tree(x0, drafts[:self._chain_length(mode)]) if self._is_chain(mode) else tree.prefix(sizes[mode])
 
     _walk = TreeSpeculator._walk   # the target's choice at each node picks the child (a chain: the next draft)
@@ -588,7 +595,8 @@ class AdaptiveSpeculator(ChainSpeculator):
                 n = _depth_within(*walks[shape], shape.first, size)
                 if n is not None:
                     old = self.acceptance.get(m)
-                    self.acceptance[m] = n if old is None else old + ACC_ALPHA * (n - old)
+                    self.acceptance[m] = n if old is None else old + self._acc_weight(m, rec.at) * (n - old)
+                    self._acc_at[m] = max(rec.at, self._acc_at.get(m, rec.at))
                     self.n_samples[m] += 1
                     self.resolved.append((rec.c, m, n))
                     del pending[m]
@@ -600,6 +608,14 @@ class AdaptiveSpeculator(ChainSpeculator):
             low = min((r.c for r in keep), default=self.engine.n_past)
             for pos in [p for p in self._truth if p < low]:
                 del self._truth[pos]
+
+    def _acc_weight(self, mode: str, at: int) -> float:
+        """The weight of a new count in the mode's estimate: ACC_ALPHA between steps close together; the
+        mean of the counts so far while there are few (the first ones, at a reply's start, are no
+        more telling than later ones); and more the more tokens passed since the last count (a probe
+        after a plain stretch: the text it measures is today's, the estimate's is old)."""
+        gap = max(0, at - self._acc_at.get(mode, at))
+        return max(ACC_ALPHA, 1.0 / (self.n_samples[mode] + 1), 1.0 - 0.5 ** (gap / ACC_HALF_LIFE))
 
     def _walk_known(self, c: int, shape: _Shape) -> tuple[list[int], bool]:
         """The shape's nodes on the known continuation after c (root first), and whether the walk

@@ -15,7 +15,7 @@ import pytest
 
 from luce_engine import Engine, Model, Sampling
 from luce_engine.ddtree import build_tree, chain_tree, top_candidates
-from luce_engine.spec_auto import (ACC_ALPHA, CHAIN, PLAIN, PROBE_GAP_MAX, AdaptiveSpeculator, FixedCosts, StepCosts,
+from luce_engine.spec_auto import (ACC_ALPHA, ACC_HALF_LIFE, CHAIN, PLAIN, PROBE_GAP_MAX, AdaptiveSpeculator, FixedCosts, StepCosts,
                                    _depth_within, _Record)
 from luce_engine.tree_speculative import draft_candidates
 from reference import DEVICE, EXACT_TREE_NODES, THREADS, TINY_HEAD_DIM, TINY_WEIGHTS
@@ -424,7 +424,7 @@ class ReferenceAuto(AdaptiveSpeculator):
         for m, b in self.budgets.items():
             trees[m] = reference_build_tree(x0, toks[:, :b], lp[:, :b], min(b, room), n_depth)
         if full:
-            self._records.append(SimpleNamespace(c=c, trees=dict(trees)))
+            self._records.append(SimpleNamespace(c=c, at=self._tokens_seen, trees=dict(trees)))
         return trees[mode]
 
     def _resolve(self):
@@ -434,13 +434,17 @@ class ReferenceAuto(AdaptiveSpeculator):
                 shape, _ = rec.pending[CHAIN]
                 drafts = [next(iter(ch)) for ch in shape.children[:-1]]
                 x0 = self._truth[rec.c]
-                rec = SimpleNamespace(c=rec.c, trees={CHAIN: chain_tree(x0, drafts),
+                rec = SimpleNamespace(c=rec.c, at=rec.at, trees={CHAIN: chain_tree(x0, drafts),
                                                       **{m: chain_tree(x0, drafts[:n]) for m, n in self.chains.items()}})
             for m in list(rec.trees):
                 n = reference_matched(rec.trees[m], self._truth, rec.c)
                 if n is not None:
                     old = self.acceptance.get(m)
-                    self.acceptance[m] = n if old is None else old + ACC_ALPHA * (n - old)
+                    # the mean of the first counts, ACC_ALPHA later, more after a gap of many tokens
+                    gap = max(0, rec.at - self._acc_at.get(m, rec.at))
+                    w = max(ACC_ALPHA, 1 / (self.n_samples[m] + 1), 1 - 0.5 ** (gap / ACC_HALF_LIFE))
+                    self.acceptance[m] = n if old is None else old + w * (n - old)
+                    self._acc_at[m] = max(rec.at, self._acc_at.get(m, rec.at))
                     self.n_samples[m] += 1
                     self.resolved.append((rec.c, m, n))
                     del rec.trees[m]
