@@ -113,6 +113,9 @@ def main() -> int:
                          "plain, chain and the --tree-budget trees), or all of them")
     ap.add_argument("--tree-budget", default="4,8,16,22,32", help="--real: DDTree node budgets (comma list)")
     ap.add_argument("--temps", default="0,0.7", help="--real: temperatures (comma list)")
+    ap.add_argument("--warmup-tokens", type=int, default=32,
+                    help="--real: tokens of the unmeasured warm-up reply each mode decodes first (auto calibrates "
+                         "its verify shapes there: a session's first reply; its time is reported apart)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--lengths", default="1.5,3,4,6,8,12", help="synthetic acceptance lengths L")

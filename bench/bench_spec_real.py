@@ -112,13 +112,17 @@ def run(args) -> dict:
         return ChainSpeculator(eng, draft, max_draft=k) if b == 0 else TreeSpeculator(eng, draft, budget=b, max_depth=k)
 
     specs = {name: make(b) for name, b in modes}
-    warm = enc.encode(prompts[0].messages())
-    _decode(eng, warm, Sampling(), 32)
-    for spec in specs.values():
-        _decode(eng, warm, Sampling(), 32, spec)
+    # a session's first reply (auto's calibrations, the first graphs of each shape), timed apart
+    warm, n_warm = enc.encode(prompts[0].messages()), getattr(args, "warmup_tokens", 32)
+    _decode(eng, warm, Sampling(), 8)
+    warm_plain, warm_plain_s = _decode(eng, warm, Sampling(), n_warm)
+    warmup = {"tokens": len(warm_plain), "plain_s": warm_plain_s, "modes": {}}
+    for m, spec in specs.items():
+        got, s = _decode(eng, warm, Sampling(), n_warm, spec)
+        warmup["modes"][m] = {"tokens": len(got), "s": s}
 
     result = {"target": target, "draft": draft_path, "device": model.device, "threads": args.threads,
-              "draft_max": k, "tokens": args.tokens, "n_prompts": len(prompts),
+              "warmup": warmup, "draft_max": k, "tokens": args.tokens, "n_prompts": len(prompts),
               "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "modes": {m: {"temperatures": {}} for m, _ in modes}}
     for temp in [float(t) for t in str(args.temps).split(",") if t]:
         acc = {m: ({c: {"emitted": 0, "steps": 0, "drafted": 0, "accepted": 0, "plain_tok": 0, "plain_s": 0.0,
@@ -172,6 +176,12 @@ def run(args) -> dict:
 
 
 def report(result: dict) -> None:
+    w = result.get("warmup")
+    if w:
+        print(f"warm-up reply (the first of each mode, unmeasured below; {w['tokens']} tokens): plain "
+              f"{w['tokens'] / w['plain_s']:.1f} tok/s; " + ", ".join(
+                  f"{m} {v['tokens'] / v['s']:.1f} ({v['tokens'] / v['s'] / (w['tokens'] / w['plain_s']):.2f}x)"
+                  for m, v in w["modes"].items()))
     print(f"\n{Path(result['target']).name} + {Path(result['draft']).name} on {result['device']} "
           f"({result['threads']} threads), K={result['draft_max']}, {result['n_prompts']} held-out prompts, "
           f"up to {result['tokens']} tokens each")
