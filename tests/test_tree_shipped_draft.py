@@ -9,32 +9,52 @@ import pytest
 from luce_engine import Engine, default_model_path
 from luce_engine.speculative import ChainSpeculator
 from luce_engine.tree_speculative import TreeSpeculator
-from reference import DEVICE, check_greedy_divergence
+from reference import DEVICE, check_greedy_divergence, tree_step_choice
 from test_shipped_draft import _prompts, draft, model  # noqa: F401  (its model and draft fixtures)
 from tools.dflash_train.prompt_ids import PromptEncoder
 
 N_PROMPTS, N_TOKENS, BUDGET = 12, 64, 16
 
 
+class RecordingTree(TreeSpeculator):
+    """A TreeSpeculator that keeps each step's tree and accepted path (reference.tree_step_choice)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.path_of_step: list = []   # per step: (tree, the accepted path, root first)
+
+    def _walk(self, tree, sampling, native, stop_ids):
+        path, bonus = super()._walk(tree, sampling, native, stop_ids)
+        self.path_of_step.append((tree, path))
+        return path, bonus
+
+
 def generate(model, p, spec_factory=None):
     eng = Engine(model, n_ctx=512, n_verify_max=BUDGET + 1)
     spec = spec_factory(eng) if spec_factory else None
-    out, drafted = [], []
+    out, drafted, steps = [], [], []
     for r in eng.generate(p, max_tokens=N_TOKENS, stop_token_ids=(), speculator=spec):
+        if isinstance(spec, RecordingTree) and len(spec.path_of_step) > len(steps):   # a tree step: its tokens next
+            steps.append((len(out), *spec.path_of_step[len(steps)]))
         out += r.tokens
         drafted += r.drafted
+    if spec is not None:
+        spec.steps = steps   # (start in out, tree, path)
     return out, drafted, spec
 
 def test_greedy_tree_equals_plain_on_real_prompts(model, draft):
     near_ties, steps, tree_steps, chain_steps = [], 0, 0, 0
     for k, p in enumerate(_prompts(PromptEncoder(default_model_path()), N_PROMPTS)):
         plain, _, _ = generate(model, p)
-        got, drafted, spec = generate(model, p, lambda e: TreeSpeculator(e, draft, budget=BUDGET))
+        got, drafted, spec = generate(model, p, lambda e: RecordingTree(e, draft, budget=BUDGET))
         _, _, chain = generate(model, p, lambda e: ChainSpeculator(e, draft))
         assert len(got) == N_TOKENS and sum(drafted) == spec.stats.n_accepted
         tree_steps += spec.stats.n_steps
         chain_steps += chain.stats.n_steps
-        flip = check_greedy_divergence(model, p, got, plain, rows=BUDGET + 1, tree=True)
+        for start, tree, path in spec.steps:   # the record lines up with the output it explains
+            n = min(len(path), len(got) - start)   # the last step stops at max_tokens
+            assert n > 0 and got[start:start + n] == [tree.tokens[x] for x in path][:n]
+        flip = check_greedy_divergence(model, p, got, plain, rows=BUDGET + 1, tree=True, tree_steps=spec.steps)
         if flip:
             near_ties.append((k, *flip))
     assert DEVICE != "cpu" or len(near_ties) <= 1, near_ties   # on a GPU each one is checked (and reported)
@@ -44,3 +64,18 @@ def test_greedy_tree_equals_plain_on_real_prompts(model, draft):
     print(f"AL: tree (budget {BUDGET}) {total / tree_steps:.2f}, chain {total / chain_steps:.2f}")
     assert total / tree_steps > 1.0
     assert tree_steps <= chain_steps * 1.02   # a tree of the same pass holds the chain's prefixes mostly
+
+
+def test_a_fresh_tree_batch_reproduces_the_steps_choices(model, draft):
+    """tree_step_choice, the GPU's reference for a tree's divergences, on the CPU: the same tree
+    verified after a prefill of the same context by a fresh engine chooses what the step emitted (at
+    a step's root, from the step before; inside a path, from this step's tree)."""
+    p = _prompts(PromptEncoder(default_model_path()), 1)[0]
+    got, _, spec = generate(model, p, lambda e: RecordingTree(e, draft, budget=BUDGET))
+    positions = sorted({j for start, _, path in spec.steps[1:9] for j in (start, start + len(path) - 1) if 0 < j < len(got)})
+    assert len(positions) >= 8
+    same = [tree_step_choice(model, p, got, spec.steps, j) == got[j] for j in positions]
+    if DEVICE == "cpu":
+        assert all(same), [j for j, ok in zip(positions, same) if not ok]
+    else:   # the fresh engine's cache comes from one prefill, the step's from verifies: near-ties may flip
+        print(f"fresh tree batches reproduced {sum(same)} of {len(same)} choices")
