@@ -291,6 +291,7 @@ class AdaptiveSpeculator(ChainSpeculator):
         self.acceptance: dict[str, float] = {}     # mode -> EMA of accepted drafts per step
         self.n_samples: collections.Counter = collections.Counter()   # mode -> acceptance counts seen
         self._acc_at: dict[str, int] = {}          # mode -> _tokens_seen of its latest count
+        self._acc_n: dict[str, float] = {}         # mode -> the counts its estimate rests on, in effect
         self._tokens_seen = 0                       # tokens this speculator has emitted, every reply
         self.resolved: collections.deque = collections.deque(maxlen=256)   # (c, mode, count), the latest
         self.mode_steps: collections.Counter = collections.Counter()  # mode -> steps run (all replies)
@@ -595,7 +596,9 @@ class AdaptiveSpeculator(ChainSpeculator):
                 n = _depth_within(*walks[shape], shape.first, size)
                 if n is not None:
                     old = self.acceptance.get(m)
-                    self.acceptance[m] = n if old is None else old + self._acc_weight(m, rec.at) * (n - old)
+                    w = self._acc_weight(m, rec.at)
+                    self.acceptance[m] = n if old is None else old + w * (n - old)
+                    self._acc_n[m] = (1.0 - w) * self._acc_n.get(m, 0.0) + 1.0
                     self._acc_at[m] = max(rec.at, self._acc_at.get(m, rec.at))
                     self.n_samples[m] += 1
                     self.resolved.append((rec.c, m, n))
@@ -610,12 +613,14 @@ class AdaptiveSpeculator(ChainSpeculator):
                 del self._truth[pos]
 
     def _acc_weight(self, mode: str, at: int) -> float:
-        """The weight of a new count in the mode's estimate: ACC_ALPHA between steps close together; the
-        mean of the counts so far while there are few (the first ones, at a reply's start, are no
-        more telling than later ones); and more the more tokens passed since the last count (a probe
-        after a plain stretch: the text it measures is today's, the estimate's is old)."""
+        """The weight of a new count in the mode's estimate: ACC_ALPHA between steps close together;
+        more the more tokens passed since the last count (a probe after a plain stretch: the text it
+        measures is today's, the estimate's is old); and while the estimate rests on few counts in
+        effect (the first ones, or a probe's that outweighed the old), their mean: a lucky count
+        that sent auto to speculate is then averaged with the next steps' rather than fading at
+        ACC_ALPHA a step."""
         gap = max(0, at - self._acc_at.get(mode, at))
-        return max(ACC_ALPHA, 1.0 / (self.n_samples[mode] + 1), 1.0 - 0.5 ** (gap / ACC_HALF_LIFE))
+        return max(ACC_ALPHA, 1.0 / (self._acc_n.get(mode, 0.0) + 1), 1.0 - 0.5 ** (gap / ACC_HALF_LIFE))
 
     def _walk_known(self, c: int, shape: _Shape) -> tuple[list[int], bool]:
         """The shape's nodes on the known continuation after c (root first), and whether the walk

@@ -440,10 +440,11 @@ class ReferenceAuto(AdaptiveSpeculator):
                 n = reference_matched(rec.trees[m], self._truth, rec.c)
                 if n is not None:
                     old = self.acceptance.get(m)
-                    # the mean of the first counts, ACC_ALPHA later, more after a gap of many tokens
+                    # the mean of the counts in effect, ACC_ALPHA at least, more after a gap of many tokens
                     gap = max(0, rec.at - self._acc_at.get(m, rec.at))
-                    w = max(ACC_ALPHA, 1 / (self.n_samples[m] + 1), 1 - 0.5 ** (gap / ACC_HALF_LIFE))
+                    w = max(ACC_ALPHA, 1 / (self._acc_n.get(m, 0.0) + 1), 1 - 0.5 ** (gap / ACC_HALF_LIFE))
                     self.acceptance[m] = n if old is None else old + w * (n - old)
+                    self._acc_n[m] = (1 - w) * self._acc_n.get(m, 0.0) + 1   # counts in effect
                     self._acc_at[m] = max(rec.at, self._acc_at.get(m, rec.at))
                     self.n_samples[m] += 1
                     self.resolved.append((rec.c, m, n))
