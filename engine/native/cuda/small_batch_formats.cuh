@@ -363,45 +363,59 @@ __device__ __forceinline__ void int8x4_to_half2x2(uint32_t w, uint32_t & even, u
     odd = half2_bits(__hsub2(bits_half2(__byte_perm(u, 0x64646464u, 0x4341)), k1152));
 }
 
-// Q8_0 on f16 tensor cores: q as exact f16, two m16n8k16 mma per block (words h = 0, 1) into the
-// block's own sum, d applied to it in f32, as Q6KHalf does per group.
+// Formats of 32-value blocks with a scale each (Q8_0, Q4_1): per pair of blocks 2j, 2j + 1 of the
+// step, the quad's values as exact f16 times every column, two m16n8k16 mma per word (h = 0, 1) into
+// each block's own sum, and the sums times their scales d in f32 into acc. words(j, u, r, h, lo, hi)
+// gives row r's word h of block 2j + u as its (e0, e2) and (e1, e3) half2; scales(j, r) the float2 d
+// of blocks 2j, 2j + 1 of row r.
+template <int NT, class Words, class Scales>
+__device__ __forceinline__ void multiply_scaled_blocks(float (&acc)[NT][4], const QuantizedCols & cols, int64_t i, int g, int t,
+                                                       Words words, Scales scales) {
+    constexpr int n_pad = 8 * NT;
+    bool live[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) live[nt] = nt * 8 + g < cols.n;
+    const uint4 * xh = cols.xh + (i * 8 * n_pad + g) * 4 + t;   // + ((2j + h) * n_pad + nt * 8) * 4
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {   // blocks 2j (u = 0) and 2j + 1 (u = 1)
+        float c[2][NT][4] = {};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            uint32_t a[2][4];   // [u][mma register]: rows g, g + 8 of (e0, e2), then (e1, e3)
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) words(j, u, r, h, a[u][r], a[u][2 + r]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const uint4 bx = live[nt] ? xh[((2 * j + h) * n_pad + nt * 8) * 4] : make_uint4(0, 0, 0, 0);
+                mma_f16_k16(c[0][nt], a[0][0], a[0][1], a[0][2], a[0][3], bx.x, bx.y);
+                mma_f16_k16(c[1][nt], a[1][0], a[1][1], a[1][2], a[1][3], bx.z, bx.w);
+            }
+        }
+        float2 d[2];   // [row]: d of blocks 2j, 2j + 1
+#pragma unroll
+        for (int r = 0; r < 2; ++r) d[r] = scales(j, r);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[nt][e] += d[e / 2].x * c[0][nt][e] + d[e / 2].y * c[1][nt][e];
+        }
+    }
+}
+
+// Q8_0 on f16 tensor cores: q as exact f16, d per block in f32 (multiply_scaled_blocks), as Q6KHalf
+// does per group.
 struct Q80Half : Q80Blocks {
 
     template <int NT>
     static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
                                                     int g, int t) {
-        constexpr int n_pad = 8 * NT;
-        bool live[NT];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) live[nt] = nt * 8 + g < cols.n;
-        const uint4 * xh = cols.xh + (i * 8 * n_pad + g) * 4 + t;   // + ((2j + h) * n_pad + nt * 8) * 4
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {   // blocks 2j (u = 0) and 2j + 1 (u = 1)
-            float c[2][NT][4] = {};
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                uint32_t a[2][4];   // [u][mma register]: rows g, g + 8 of (e0, e2), then (e1, e3)
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) int8x4_to_half2x2(cur.q[r][2 * (2 * j + u) + h], a[u][r], a[u][2 + r]);
-                }
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    const uint4 bx = live[nt] ? xh[((2 * j + h) * n_pad + nt * 8) * 4] : make_uint4(0, 0, 0, 0);
-                    mma_f16_k16(c[0][nt], a[0][0], a[0][1], a[0][2], a[0][3], bx.x, bx.y);
-                    mma_f16_k16(c[1][nt], a[1][0], a[1][1], a[1][2], a[1][3], bx.z, bx.w);
-                }
-            }
-            float2 d[2];   // [row]: d of blocks 2j, 2j + 1
-#pragma unroll
-            for (int r = 0; r < 2; ++r) d[r] = __half22float2(bits_half2(cur.d[r][j]));
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[nt][e] += d[e / 2].x * c[0][nt][e] + d[e / 2].y * c[1][nt][e];
-            }
-        }
+        multiply_scaled_blocks<NT>(
+            acc, cols, i, g, t,
+            [&](int j, int u, int r, int h, uint32_t & lo, uint32_t & hi) { int8x4_to_half2x2(cur.q[r][2 * (2 * j + u) + h], lo, hi); },
+            [&](int j, int r) { return __half22float2(bits_half2(cur.d[r][j])); });
     }
 };
 
@@ -448,56 +462,29 @@ struct Q41Blocks {
     }
 };
 
-// Q4_1 on f16 tensor cores: q as exact f16 (1024 + q with 1024 taken off), two m16n8k16 mma per block
-// pair and word into each block's own sum, d applied in f32 as Q80Half does; the m term, the sum
-// over the step's 8 blocks of m * (the block's activation sum), is one m16n8k8 mma as Q4KHalf's
-// minimums (m and the sums in f16, as ggml's q8_1 sums).
+// Q4_1 on f16 tensor cores: q as exact f16 (1024 + q with 1024 taken off), d per block in f32
+// (multiply_scaled_blocks, as Q80Half); the m term, the sum over the step's 8 blocks of m * (the
+// block's activation sum), is one m16n8k8 mma as Q4KHalf's minimums (m and the sums in f16, as
+// ggml's q8_1 sums).
 struct Q41Half : Q41Blocks {
 
     template <int NT>
     static __device__ __forceinline__ void multiply(const Rows & cur, float (&acc)[NT][4], const QuantizedCols & cols, int64_t i,
                                                     int g, int t) {
         constexpr int n_pad = 8 * NT;
+        const __half2 k1024 = __float2half2_rn(1024.0f);
+        const int shift = 4 * (t / 2);   // threads 2, 3 take the high nibbles
+        multiply_scaled_blocks<NT>(
+            acc, cols, i, g, t,
+            [&](int j, int u, int r, int h, uint32_t & lo, uint32_t & hi) {
+                const uint32_t w = cur.q[r][2 * (2 * j + u) + h] >> shift;
+                lo = half2_bits(__hsub2(bits_half2(masked_into_half2<0x000F000Fu>(w)), k1024));
+                hi = half2_bits(__hsub2(bits_half2(masked_into_half2<0x000F000Fu>(w >> 8)), k1024));
+            },
+            [&](int j, int r) { return make_float2(f16_bits(cur.dm[r][2 * j] & 0xffffu), f16_bits(cur.dm[r][2 * j + 1] & 0xffffu)); });
         bool live[NT];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) live[nt] = nt * 8 + g < cols.n;
-        const uint4 * xh = cols.xh + (i * 8 * n_pad + g) * 4 + t;   // + ((2j + h) * n_pad + nt * 8) * 4
-        const __half2 k1024 = __float2half2_rn(1024.0f);
-        const int shift = 4 * (t / 2);   // threads 2, 3 take the high nibbles
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {   // blocks 2j (u = 0) and 2j + 1 (u = 1)
-            float c[2][NT][4] = {};
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                uint32_t a[2][4];   // [u][mma register]: rows g, g + 8 of (e0, e2), then (e1, e3)
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        const uint32_t w = cur.q[r][2 * (2 * j + u) + h] >> shift;
-                        a[u][r] = half2_bits(__hsub2(bits_half2(masked_into_half2<0x000F000Fu>(w)), k1024));
-                        a[u][2 + r] = half2_bits(__hsub2(bits_half2(masked_into_half2<0x000F000Fu>(w >> 8)), k1024));
-                    }
-                }
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    const uint4 bx = live[nt] ? xh[((2 * j + h) * n_pad + nt * 8) * 4] : make_uint4(0, 0, 0, 0);
-                    mma_f16_k16(c[0][nt], a[0][0], a[0][1], a[0][2], a[0][3], bx.x, bx.y);
-                    mma_f16_k16(c[1][nt], a[1][0], a[1][1], a[1][2], a[1][3], bx.z, bx.w);
-                }
-            }
-            float d[2][2];   // [row][u]: d of blocks 2j, 2j + 1
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                d[r][0] = f16_bits(cur.dm[r][2 * j] & 0xffffu);
-                d[r][1] = f16_bits(cur.dm[r][2 * j + 1] & 0xffffu);
-            }
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[nt][e] += d[e / 2][0] * c[0][nt][e] + d[e / 2][1] * c[1][nt][e];
-            }
-        }
         // m of blocks 2t, 2t + 1 for rows g and g + 8 (m16n8k8's A) times the blocks' sums
         // (selected, not indexed by t: an index known only at run time would put dm in local memory)
         uint32_t am[2] = {0u, 0u};
