@@ -24,9 +24,10 @@ along it: exactly what that mode would have accepted at that step. This holds at
 T > 0 too, because every mode draws from the engine's generator once per emitted token in plain
 decoding's order, so the continuation is the same whichever mode emits it (up to batch-shape
 rounding, which can differ between modes: then it is an approximation). A chain step without
-candidates gives the chain's own count. The estimates are EMAs (ACC_ALPHA) of these counts, which
-average their first counts alike and weigh a count more the more tokens have passed since the last
-one (ACC_HALF_LIFE): a probe after a plain stretch measures today's text.
+candidates gives the chain's own count. The estimates are EMAs (ACC_ALPHA) of these counts that
+average alike the few counts an estimate rests on (its first, or those since a count outweighed it)
+and weigh a count more the more tokens have passed since the last one (ACC_HALF_LIFE): a probe after
+a plain stretch measures today's text (see _acc_weight).
 
 Plain vs speculation: while plain wins, only a speculative step can tell that the text has become
 predictable. A probe (one step of the best speculative mode, with candidates) comes after `gap`

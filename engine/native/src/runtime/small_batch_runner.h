@@ -37,7 +37,7 @@ inline size_t small_batch_scratch_bound(int64_t k_max) {
 // Q4_K, Q6_K and Q8_0 rows of whole 256-value steps (the 27B's). SmolLM2's Q8_0 output matrix (k =
 // 576) on our kernels gained nothing at 8 rows (the chain of 7 1.25x plain against 1.24x with the
 // kernels off, H100, bench/RESULTS.md) while its decode left llama.cpp's bits. A target's batches
-// also take Q4_1 and Q8_0 rows with a partial last step (SmolLM2's) once they are past ggml's
+// also take Q8_0 rows with a partial last step (and Q4_1: kRunnersTakeQ41) once they are past ggml's
 // one-kernel range (MMVQ, up to kGgmlMmvqMaxColumns columns): there ggml's MMQ rounds unlike a
 // decode anyway, and its stream-k fix-ups made SmolLM2's 9-row verify 3.4 ms against 1.9 at 8 rows.
 // A draft's runner takes every format at any width: its rounding only changes what is proposed
