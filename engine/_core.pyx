@@ -18,6 +18,8 @@ from luce_engine.errors import STATUS_ERRORS, EngineError
 
 CACHE_TYPES = {"f16": LUCE_CACHE_F16, "q8_0": LUCE_CACHE_Q8_0, "q4_0": LUCE_CACHE_Q4_0}
 ROLLBACKS = {"snapshot": LUCE_ROLLBACK_SNAPSHOT, "replay": LUCE_ROLLBACK_REPLAY}
+TREE_RECURRENCES = {"auto": LUCE_TREE_RECURRENCE_AUTO, "paths": LUCE_TREE_RECURRENCE_PATHS,
+                    "nodes": LUCE_TREE_RECURRENCE_NODES}
 
 
 def _name_of(table, int value):
@@ -38,6 +40,7 @@ def engine_defaults():
             "cache_type_v": _name_of(CACHE_TYPES, p.type_v), "kv_rotation": p.kv_rotation,
             "n_verify_max": p.n_verify_max, "rollback": _name_of(ROLLBACKS, p.rollback),
             "small_batch_kernels": p.small_batch_kernels, "step_graphs": p.step_graphs, "tree_verify": p.tree_verify,
+            "tree_recurrence": _name_of(TREE_RECURRENCES, p.tree_recurrence),
             "debug_piecewise": p.debug_piecewise, "debug_staged_state_io": p.debug_staged_state_io}
 
 
@@ -193,7 +196,8 @@ cdef luce_engine_params _engine_params(dict kw) except *:
     unknown = set(kw) - set(engine_defaults())
     if unknown:
         raise TypeError(f"unknown engine parameter(s): {', '.join(sorted(unknown))}")
-    for name, table in (("cache_type_k", CACHE_TYPES), ("cache_type_v", CACHE_TYPES), ("rollback", ROLLBACKS)):
+    for name, table in (("cache_type_k", CACHE_TYPES), ("cache_type_v", CACHE_TYPES), ("rollback", ROLLBACKS),
+                        ("tree_recurrence", TREE_RECURRENCES)):
         if name in kw and kw[name] not in table:
             raise ValueError(f"{name} must be one of {', '.join(table)}, not {kw[name]!r}")
     cdef luce_engine_params p = luce_engine_default_params()
@@ -207,6 +211,7 @@ cdef luce_engine_params _engine_params(dict kw) except *:
     if "small_batch_kernels" in kw: p.small_batch_kernels = kw["small_batch_kernels"]
     if "step_graphs" in kw: p.step_graphs = kw["step_graphs"]
     if "tree_verify" in kw: p.tree_verify = kw["tree_verify"]
+    if "tree_recurrence" in kw: p.tree_recurrence = TREE_RECURRENCES[kw["tree_recurrence"]]
     if "debug_piecewise" in kw: p.debug_piecewise = kw["debug_piecewise"]
     if "debug_staged_state_io" in kw: p.debug_staged_state_io = kw["debug_staged_state_io"]
     return p

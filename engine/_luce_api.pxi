@@ -68,6 +68,11 @@ cdef extern from "luce.h" nogil:
         LUCE_ROLLBACK_SNAPSHOT
         LUCE_ROLLBACK_REPLAY
 
+    ctypedef enum luce_tree_recurrence:
+        LUCE_TREE_RECURRENCE_AUTO
+        LUCE_TREE_RECURRENCE_PATHS
+        LUCE_TREE_RECURRENCE_NODES
+
     ctypedef struct luce_engine:
         pass
     ctypedef struct luce_engine_params:
@@ -81,6 +86,7 @@ cdef extern from "luce.h" nogil:
         bint small_batch_kernels
         bint step_graphs
         bint tree_verify
+        luce_tree_recurrence tree_recurrence
         bint debug_piecewise
         bint debug_staged_state_io
     luce_engine_params luce_engine_default_params()

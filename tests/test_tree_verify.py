@@ -26,18 +26,37 @@ HYBRID_BATCH_SHAPE_RTOL = 1e-4
 FRESH_RTOL = {"f16": 2e-3, "q8_0": 1e-2, "q4_0": 5e-2}
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen3", "qwen35"])
+@pytest.fixture(scope="module", params=["llama", "qwen3", "qwen35/paths", "qwen35/nodes"])
 def dense(request, tmp_path_factory):
-    """A dense target, or the hybrid qwen35 (its DeltaNet layers run each root-to-leaf path)."""
-    extra = {"n_layer": 4} if request.param == "qwen35" else {}
-    cfg = TinyConfig(arch=request.param, n_vocab=256, head_dim=TINY_HEAD_DIM, seed=31, **extra)
-    return Model(write_tiny_gguf(tmp_path_factory.mktemp("tv") / f"{request.param}.gguf", cfg), device=DEVICE,
-                 n_threads=THREADS)
+    """A dense target, or the hybrid qwen35, whose DeltaNet layers run each root-to-leaf path from the
+    committed state or each node once from its parent's (the engine's tree_recurrence)."""
+    arch, _, recurrence = request.param.partition("/")
+    extra = {"n_layer": 4} if arch == "qwen35" else {}
+    cfg = TinyConfig(arch=arch, n_vocab=256, head_dim=TINY_HEAD_DIM, seed=31, **extra)
+    model = Model(write_tiny_gguf(tmp_path_factory.mktemp("tv") / f"{arch}.gguf", cfg), device=DEVICE, n_threads=THREADS)
+    model.test_tree_recurrence = recurrence or "auto"
+    return model
 
 
 def TreeEngine(model, **kw) -> Engine:
-    """An Engine that can verify trees on every architecture (a hybrid one plans its paths' scratch)."""
-    return Engine(model, tree_verify=True, **kw)
+    """An Engine that can verify trees on every architecture (a hybrid one plans its tree's scratch)."""
+    return Engine(model, tree_verify=True, tree_recurrence=getattr(model, "test_tree_recurrence", "auto"), **kw)
+
+
+def cpu_node_op(model) -> bool:
+    """The hybrid's tree recurrence by nodes on the CPU: luce's op, whose sums are not ggml's (on
+    CUDA luce's kernel is ggml's gated_delta_net arithmetic, node by node)."""
+    return DEVICE == "cpu" and getattr(model, "test_tree_recurrence", "") == "nodes"
+
+
+def assert_same_or_close(model):
+    """Bit for bit, except where luce's CPU op computes the recurrence (HYBRID_BATCH_SHAPE_RTOL)."""
+    def check(a, b):
+        if cpu_node_op(model):
+            assert rel(a, b) <= HYBRID_BATCH_SHAPE_RTOL
+        else:
+            np.testing.assert_array_equal(a, b)
+    return check
 
 
 def rel(a, b) -> float:
@@ -72,7 +91,7 @@ def test_every_node_sees_exactly_its_root_path(dense, cache):
     for e in (eng, chain, ref):
         e.prefill(p)
     same_tol, tol = SAME_SHAPE_RTOL, RTOL[cache]
-    if dense.arch == "qwen35":   # the paths' recurrence runs sequences of their own length
+    if dense.arch == "qwen35":   # the paths' recurrence runs sequences of their own length, the nodes' op its own sums
         same_tol, tol = max(same_tol, HYBRID_BATCH_SHAPE_RTOL), max(tol, HYBRID_BATCH_SHAPE_RTOL)
     for trial in range(3):
         tree = random_tree(rng, 24 if trial else 9)
@@ -173,11 +192,12 @@ def test_a_chain_tree_is_a_chain_verify(dense):
     b.prefill(p)
     la = a.verify_tree(toks, list(range(-1, 7)))
     lb = b.verify(toks)
-    np.testing.assert_array_equal(la, lb)   # same positions, same mask: the same graph and inputs
+    same = assert_same_or_close(dense)
+    same(la, lb)   # same positions, same mask: the same graph and inputs
     a.commit_path(range(5))
     b.commit(5)
     assert a.tokens == b.tokens
-    np.testing.assert_array_equal(a.logits(), b.logits())
+    same(a.logits(), b.logits())   # the verify's row 4
     # commit_path after a plain verify keeps a prefix like commit
     b.verify(toks[:3])
     b.commit_path([0, 1])
@@ -247,3 +267,47 @@ def test_hybrid_tree_verify_needs_its_engine_parameter_and_replay(tmp_path):
         e.step()   # nothing pending
     # the paths' scratch is planned only when asked for
     assert model.plan(n_ctx=64, n_verify_max=4, tree_verify=True)["compute"] > model.plan(n_ctx=64, n_verify_max=4)["compute"]
+    with pytest.raises(ValueError, match="tree_recurrence"):
+        Engine(model, n_ctx=64, tree_verify=True, tree_recurrence="levels")
+
+
+def tree_shapes(rng, n):
+    """Trees of n nodes that stress a recurrence by nodes: a star (every branch back to the root), a
+    chain, a caterpillar (a leaf off every chain node) and random ones."""
+    yield [-1] + [0] * (n - 1)
+    yield list(range(-1, n - 1))
+    yield [-1] + [i - 1 if i % 2 else max(i - 2, 0) for i in range(1, n)]
+    for _ in range(3):
+        yield [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
+
+
+@pytest.mark.parametrize("cache", ["f16", "q8_0"])
+def test_hybrid_recurrence_by_nodes_matches_paths(tmp_path, cache):
+    """tree_recurrence "nodes" (each node once from its parent's state, a stack at branch points)
+    gives the logits of "paths" (each root-to-leaf path from the committed state) on trees of every
+    shape and size up to the engine's largest, and the same context after commit_path. On CUDA both
+    are ggml's gated_delta_net arithmetic per token (same-shape tolerance); on the CPU "nodes" is
+    luce's op, whose sums differ (HYBRID_BATCH_SHAPE_RTOL)."""
+    cfg = TinyConfig(arch="qwen35", n_vocab=256, n_layer=4, head_dim=TINY_HEAD_DIM, seed=5)
+    model = Model(write_tiny_gguf(tmp_path / "h.gguf", cfg), device=DEVICE, n_threads=THREADS)
+    kw = dict(n_ctx=256, n_verify_max=33, tree_verify=True, cache_type_k=cache, cache_type_v=cache)
+    nodes, paths = Engine(model, tree_recurrence="nodes", **kw), Engine(model, tree_recurrence="paths", **kw)
+    p = prompt(29, 6)
+    for e in (nodes, paths):
+        e.prefill(p)
+    tol = HYBRID_BATCH_SHAPE_RTOL if DEVICE == "cpu" else SAME_SHAPE_RTOL
+    rng = np.random.default_rng(7)
+    for n in (2, 3, 9, 17, 33):
+        for parents in tree_shapes(rng, n):
+            toks = [int(t) for t in rng.integers(0, 256, n)]
+            got, want = nodes.verify_tree(toks, parents), paths.verify_tree(toks, parents)
+            assert rel(got, want) <= tol, (n, parents, rel(got, want))
+            tree = Tree(toks, parents, [0] * n, [0.0] * n)
+            path = max((tree.path(i) for i in range(n)), key=len)[:4]   # the deepest path's first nodes
+            for e in (nodes, paths):
+                e.commit_path(path)
+                e.step()
+            assert nodes.tokens == paths.tokens
+            # both replayed the kept path from its kept inputs, which the verify computed (on the
+            # CPU, with the recurrence's own sums in the layers before)
+            assert rel(nodes.logits(), paths.logits()) <= tol

@@ -4,6 +4,7 @@
 need_build || exit 1
 m=$(need_model qwen35-27b) || exit 1
 $PY bench/bench_tree_verify.py --target "$m" --device cuda:0 --threads 8 --rows 9,16,17,23,33 --context 1024 --repeats 9 \
+  --tree-recurrence paths,nodes \
   > "$RES/tree_27b.txt" 2>&1 || { summary "tree_27b: FAILED (tree_27b.txt)"; exit 1; }
 summary "tree_27b: $(grep -E '^plain step' "$RES/tree_27b.txt")"
 summary "tree_27b: $(grep -E '^ *(17|23) \|' "$RES/tree_27b.txt" | tr -s ' ' | tr '\n' '|')"

@@ -2,9 +2,11 @@
 #include "small_batch_runner.h"
 
 #include "small_batch_gemm.h"
+#include "tree_recurrence.h"
 
 #include "api_guard.h"
 #include "graph_views.h"
+#include "tree_recurrence_op.h"
 
 #include "ggml.h"
 
@@ -116,6 +118,55 @@ bool replaceable(const ggml_tensor * t, KernelScope scope) {
     return wbuf && !ggml_backend_buffer_is_host(wbuf) && w->data && x->data && t->data;
 }
 
+bool on_device(const ggml_tensor * t) {
+    const ggml_backend_buffer_t buf = storage(t)->buffer;
+    return buf && !ggml_backend_buffer_is_host(buf) && t->data;
+}
+
+// A tree recurrence node (tree_recurrence_op.h) the tree kernel computes: f32 q, k, v with
+// contiguous rows, contiguous g, beta and state [S, S, H, 1], the visits I32 [3 n], all on the device.
+bool tree_replaceable(const ggml_tensor * t) {
+    if (!is_tree_recurrence_node(t)) return false;
+    const ggml_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2], *g = t->src[3], *beta = t->src[4], *state = t->src[5],
+                      *visits = t->src[kTreeVisitsSrc];
+    const int64_t S = v->ne[0], H = v->ne[1], n = v->ne[2];
+    for (const ggml_tensor * x : {q, k, v, g, beta, state}) {
+        if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || !on_device(x)) return false;
+    }
+    return cuda::tree_recurrence_supports(S) && n >= 1 && n <= kTreeNodesMax && v->ne[3] == 1 && q->ne[3] == 1 &&
+           q->ne[0] == S && k->ne[0] == S && q->ne[1] == k->ne[1] && q->ne[1] > 0 && H % q->ne[1] == 0 && q->ne[2] == n &&
+           q->nb[1] == k->nb[1] && q->nb[2] == k->nb[2] && q->nb[1] % sizeof(float) == 0 && q->nb[2] % sizeof(float) == 0 &&
+           v->nb[1] % sizeof(float) == 0 && v->nb[2] % sizeof(float) == 0 &&
+           ggml_is_contiguous(g) && ggml_is_contiguous(beta) && ggml_nelements(g) == H * n && ggml_nelements(beta) == H * n &&
+           ggml_is_contiguous(state) && ggml_nelements(state) == S * S * H && t->type == GGML_TYPE_F32 && on_device(t) &&
+           visits->type == GGML_TYPE_I32 && ggml_nelements(visits) == 3 * n && on_device(visits);
+}
+
+cuda::TreeRecurrence tree_of(const ggml_tensor * t, float * stack, int stack_slots) {
+    const ggml_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
+    cuda::TreeRecurrence r{};
+    r.q = static_cast<const float *>(q->data);
+    r.k = static_cast<const float *>(k->data);
+    r.v = static_cast<const float *>(v->data);
+    r.qk_head_stride = int64_t(q->nb[1] / sizeof(float));
+    r.qk_node_stride = int64_t(q->nb[2] / sizeof(float));
+    r.v_head_stride = int64_t(v->nb[1] / sizeof(float));
+    r.v_node_stride = int64_t(v->nb[2] / sizeof(float));
+    r.g = static_cast<const float *>(t->src[3]->data);
+    r.beta = static_cast<const float *>(t->src[4]->data);
+    r.state = static_cast<const float *>(t->src[5]->data);
+    r.out = static_cast<float *>(t->data);
+    r.plan = static_cast<const int32_t *>(t->src[kTreeVisitsSrc]->data);
+    r.stack = stack;
+    r.stack_slots = stack_slots;
+    r.S = int(v->ne[0]);
+    r.H = int(v->ne[1]);
+    r.Hk = int(q->ne[1]);
+    r.n = int(v->ne[2]);
+    r.scale = 1.0f / std::sqrt(float(v->ne[0]));   // as ggml's host code computes it
+    return r;
+}
+
 cuda::SmallGemm gemm_of(const ggml_tensor * t, int n_sm) {
     const ggml_tensor * w = t->src[0];
     const ggml_tensor * x = t->src[1];
@@ -165,12 +216,14 @@ public:
         cudaSetDevice(device_);
         drop_step_graph();
         if (scratch_) cudaFree(scratch_);
+        if (stack_) cudaFree(stack_);
         if (stream_) cudaStreamDestroy(stream_);
         ggml_backend_event_free(to_ours_);
         ggml_backend_event_free(to_ggml_);
     }
 
     bool wants(int n) const override { return n >= kMinTokens && n <= kMaxTokens; }
+    bool takes_tree_nodes(int64_t S, int n) const override { return cuda::tree_recurrence_supports(S) && n >= 1 && n <= kTreeNodesMax; }
 
     void place_input(ggml_backend_sched_t sched, ggml_tensor * input) override {
         if (input) ggml_backend_sched_set_tensor_backend(sched, input, backend_);
@@ -186,11 +239,20 @@ public:
             ggml_backend_sched_get_tensor_backend(sched, ggml_graph_node(gf, 0)) != backend_) {
             return false;
         }
-        size_t need = 0;
+        size_t need = 0, stack_need = 0;
+        int n_trees = 0;
         for (int i = 0; i < n_nodes; ++i) {
             const ggml_tensor * t = ggml_graph_node(gf, i);
-            const bool ours = replaceable(t, scope_);
-            if (ours) {
+            const bool tree = tree_replaceable(t);
+            // a tree node this runner cannot compute leaves the graph to ggml, which would run a chain
+            if (!tree && is_tree_recurrence_node(t)) return false;
+            const bool ours = tree || replaceable(t, scope_);
+            if (tree) {
+                ++n_trees;
+                const ggml_tensor * v = t->src[2];
+                stack_slots_ = tree_nodes_slots_max(int(v->ne[2]));
+                stack_need = std::max(stack_need, tree_nodes_stack_bound(int(v->ne[2]), v->ne[0], v->ne[1]));
+            } else if (ours) {
                 ++n_replaced_;
                 need = std::max(need, cuda::small_gemm_scratch_bytes(t->src[0]->ne[0], int(t->src[1]->ne[1])));
             }
@@ -200,7 +262,8 @@ public:
         // Without a matmul of ours a batch is still worth taking when it can be captured: ggml's own
         // CUDA graphs stop at batches over one token, so a dense verify (SmolLM2's Q4_1, F16) would
         // otherwise pay every launch of every step.
-        if (n_replaced_ == 0 && !(capture_alone && step_graphs_ && ggml_stream_ && !check_)) return false;
+        if (n_replaced_ == 0 && n_trees == 0 && !(capture_alone && step_graphs_ && ggml_stream_ && !check_)) return false;
+        n_replaced_ += n_trees;
         std::vector<std::pair<int, int>> ranges;
         for (Piece & p : pieces_) {
             if (p.ours) continue;
@@ -227,6 +290,18 @@ public:
                 return false;   // the scheduler computes this graph instead
             }
             scratch_bytes_ = need;
+        }
+        if (stack_need > stack_bytes_) {
+            cudaSetDevice(device_);
+            if (stack_) cudaFree(stack_);
+            stack_ = nullptr;
+            stack_bytes_ = 0;
+            if (cudaMalloc(&stack_, stack_need) != cudaSuccess) {
+                cudaGetLastError();
+                stack_ = nullptr;
+                return false;
+            }
+            stack_bytes_ = stack_need;
         }
         return true;
     }
@@ -327,6 +402,10 @@ public:
         const ggml_tensor * quantized = nullptr;   // consecutive matmuls of one input share its quantization
         for (int i = p.begin; i < p.end; ++i) {
             const ggml_tensor * t = ggml_graph_node(gf, i);
+            if (is_tree_recurrence_node(t)) {
+                if (cuda::tree_recurrence(tree_of(t, static_cast<float *>(stack_), stack_slots_), stream) != 0) return GGML_STATUS_FAILED;
+                continue;
+            }
             const cuda::SmallGemm g = gemm_of(t, n_sm_);
             if (t->src[1] != quantized) {
                 if (cuda::small_gemm_quantize(g, scratch_, stream) != 0) return GGML_STATUS_FAILED;
@@ -345,6 +424,7 @@ public:
         ggml_backend_synchronize(backend_);
         for (int i = p.begin; i < p.end; ++i) {
             ggml_tensor * t = ggml_graph_node(gf, i);
+            if (is_tree_recurrence_node(t)) continue;   // ggml would compute a chain over the nodes
             const size_t n = size_t(t->ne[0]) * size_t(t->ne[1]);
             std::vector<float> ours(n), ref(n);
             ggml_backend_tensor_get(t, ours.data(), 0, n * sizeof(float));
@@ -374,6 +454,9 @@ private:
     cudaStream_t stream_;
     void * scratch_ = nullptr;
     size_t scratch_bytes_ = 0;
+    void * stack_ = nullptr;   // the tree kernel's state stack
+    size_t stack_bytes_ = 0;
+    int stack_slots_ = 0;
     std::vector<Piece> pieces_;
     int n_replaced_ = 0;
     bool check_ = false, checked_ = false;

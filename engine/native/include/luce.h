@@ -132,6 +132,13 @@ typedef enum luce_rollback {
     LUCE_ROLLBACK_REPLAY   = 1,
 } luce_rollback;
 
+// How a hybrid model's tree verify runs its recurrent layers (tree_verify).
+typedef enum luce_tree_recurrence {
+    LUCE_TREE_RECURRENCE_AUTO  = 0,   // nodes where luce's kernel can take them (CUDA with small_batch_kernels), else paths
+    LUCE_TREE_RECURRENCE_PATHS = 1,   // each root-to-leaf path as its own sequence from the committed state (stock ggml ops)
+    LUCE_TREE_RECURRENCE_NODES = 2,   // each node once from its parent's state (luce's kernel on CUDA, luce's op on the CPU)
+} luce_tree_recurrence;
+
 typedef struct luce_engine_params {
     int32_t n_ctx;              // context capacity in tokens (rounded up to 256); 0 = model's n_ctx_train capped at 8192
     int32_t n_batch;            // prefill micro-batch (tokens per graph launch); default 512
@@ -146,6 +153,7 @@ typedef struct luce_engine_params {
                                 // (ggml's nodes and ours) and replayed; default true
     bool    tree_verify;        // hybrid models: plan and reserve luce_engine_verify_tree's scratch (each
                                 // root-to-leaf path's recurrence; dense models need none); default false
+    luce_tree_recurrence tree_recurrence; // hybrid tree verify's recurrent layers; default LUCE_TREE_RECURRENCE_AUTO
     bool    debug_piecewise;    // debugging, CPU only: compute every graph in pieces cut around its matmuls
                                 // (graph_views.h), which must match the scheduler bit for bit; default false
     bool    debug_staged_state_io; // debugging, CPU only: state-file loads copy through the staging ring

@@ -20,9 +20,11 @@ struct GraphShape {
     // hybrid tree verify: the recurrent layers run tree_paths sequences of tree_depth tokens
     // (tree_paths.h); 0 for every other graph
     int tree_paths = 0, tree_depth = 0;
+    // hybrid tree verify: the recurrent layers run the nodes once each instead (tree_nodes.h)
+    bool tree_nodes = false;
     bool operator==(const GraphShape & o) const {
         return n_tokens == o.n_tokens && n_kv == o.n_kv && logits_all == o.logits_all && verify == o.verify &&
-               tree_paths == o.tree_paths && tree_depth == o.tree_depth;
+               tree_paths == o.tree_paths && tree_depth == o.tree_depth && tree_nodes == o.tree_nodes;
     }
 };
 
@@ -51,6 +53,8 @@ struct ForwardGraph : TokenBatchGraph {
     ggml_tensor * cap_idx = nullptr;  // I64 [n_tokens]: capture ring rows (position mod ring), if capturing
     ggml_tensor * path_rows = nullptr;   // I32 [tree_paths · tree_depth]: TreePaths::path_rows (hybrid tree verify)
     ggml_tensor * node_slot = nullptr;   // I32 [n_tokens]: TreePaths::node_slot
+    ggml_tensor * tree_visits = nullptr;   // I32 [3 · n_tokens]: TreeNodes::visits (hybrid tree verify by nodes)
+    ggml_tensor * tree_windows = nullptr;  // I32 [ssm_conv · n_tokens]: TreeNodes::window_rows
 };
 
 size_t graph_max_nodes(const Model & m);

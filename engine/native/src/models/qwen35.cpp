@@ -7,6 +7,8 @@
 #include "graph.h"
 #include "error.h"
 #include "weight_fusion.h"
+#include "tree_recurrence_op.h"
+#include "device.h"
 
 #include <cmath>
 
@@ -85,14 +87,10 @@ struct DeltaInputs {
     ggml_tensor *q, *k, *v;   // [S, Hk, n], [S, Hk, n], [S, Hv, n]
 };
 
-// The recurrence's q, k (L2-normed) and v of n tokens in each of n_seqs sequences, from their causal
-// conv windows xin [Kc-1+n, C, n_seqs] (contiguous): the same nodes for a forward pass, a tree's
-// paths and a rollback's replay, so all round alike.
-static DeltaInputs conv_qkv(ggml_context * ctx, const HParams & hp, const LayerWeights & L, ggml_tensor * xin, int64_t n,
-                            int64_t n_seqs = 1) {
-    const int64_t S = hp.ssm_state, Hk = hp.ssm_groups, Hv = hp.ssm_heads, C = hp.conv_channels(), Kc = hp.ssm_conv;
-    ggml_tensor * c = ggml_silu(ctx, ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xin, Kc - 1 + n, C, n_seqs), L.ssm_conv1d));   // [C, n, n_seqs]
-
+// The recurrence's q, k (L2-normed) and v of n tokens in each of n_seqs sequences, from the conv's
+// output c [C, n, n_seqs] (contiguous).
+static DeltaInputs split_qkv(ggml_context * ctx, const HParams & hp, ggml_tensor * c, int64_t n, int64_t n_seqs) {
+    const int64_t S = hp.ssm_state, Hk = hp.ssm_groups, Hv = hp.ssm_heads, C = hp.conv_channels();
     const size_t f = ggml_element_size(c);
     ggml_tensor * v = ggml_view_4d(ctx, c, S, Hv, n, n_seqs, S * f, C * f, C * n * f, size_t(2 * Hk * S) * f);
     // L2 norm per head: x / sqrt(Σx² + eps), as rms_norm with eps/S scaled back by 1/sqrt(S).
@@ -103,6 +101,19 @@ static DeltaInputs conv_qkv(ggml_context * ctx, const HParams & hp, const LayerW
     ggml_tensor * q = ggml_view_4d(ctx, qk, S, Hk, n, n_seqs, qk->nb[1], qk->nb[2], qk->nb[3], 0);
     ggml_tensor * k = ggml_view_4d(ctx, qk, S, Hk, n, n_seqs, qk->nb[1], qk->nb[2], qk->nb[3], size_t(Hk) * qk->nb[1]);
     return {q, k, v};
+}
+
+// The causal depthwise conv and silu over windows xin [Kc-1+n, C, n_seqs] (contiguous): [C, n, n_seqs].
+static ggml_tensor * conv_silu(ggml_context * ctx, const HParams & hp, const LayerWeights & L, ggml_tensor * xin, int64_t n,
+                               int64_t n_seqs) {
+    return ggml_silu(ctx, ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xin, hp.ssm_conv - 1 + n, hp.conv_channels(), n_seqs), L.ssm_conv1d));
+}
+
+// q, k and v of n tokens in each of n_seqs sequences from their causal conv windows: the same nodes
+// for a forward pass, a tree's paths or nodes and a rollback's replay, so all round alike.
+static DeltaInputs conv_qkv(ggml_context * ctx, const HParams & hp, const LayerWeights & L, ggml_tensor * xin, int64_t n,
+                            int64_t n_seqs = 1) {
+    return split_qkv(ctx, hp, conv_silu(ctx, hp, L, xin, n, n_seqs), n, n_seqs);
 }
 
 // The recurrence over n tokens from the layer's state; the state after the last token is written
@@ -139,6 +150,23 @@ static ggml_tensor * tree_recurrence(ggml_context * ctx, const HParams & hp, con
     const size_t f = ggml_element_size(r);
     ggml_tensor * outs = ggml_view_2d(ctx, r, S * Hv, Dm * P, S * Hv * f, 0);   // [S·Hv, Dm·P], before the states
     return ggml_reshape_4d(ctx, ggml_get_rows(ctx, outs, g.node_slot), S, Hv, n, 1);
+}
+
+// A hybrid tree verify's recurrence by nodes (tree_nodes.h): each node's conv window gathered from
+// [committed inputs | the nodes' inputs] xin [W + n, C] by g.tree_windows, then the recurrence in
+// the visits' order (tree_recurrence_op.h). The state stays, as on the paths. Returns [S, Hv, n].
+static ggml_tensor * tree_node_recurrence(ggml_context * ctx, const Model & m, const LayerWeights & L, const ForwardGraph & g,
+                                          ggml_tensor * xin, ggml_tensor * ssm_state, ggml_tensor * gate_log, ggml_tensor * beta) {
+    const HParams & hp = m.hp;
+    const int64_t S = hp.ssm_state, Hv = hp.ssm_heads, C = hp.conv_channels(), Kc = hp.ssm_conv, n = g.shape.n_tokens;
+    ggml_tensor * by_time = ggml_cont(ctx, ggml_transpose(ctx, xin));                                   // [C, W + n]
+    ggml_tensor * rows = ggml_reshape_3d(ctx, ggml_get_rows(ctx, by_time, g.tree_windows), C, Kc, n);   // [C, Kc, n]
+    ggml_tensor * windows = ggml_cont(ctx, ggml_permute(ctx, rows, 1, 0, 2, 3));                        // [Kc, C, n]
+    // each node a sequence of one token for the conv; then the n outputs as one sequence
+    ggml_tensor * c = ggml_reshape_3d(ctx, conv_silu(ctx, hp, L, windows, 1, n), C, n, 1);
+    const DeltaInputs in = split_qkv(ctx, hp, c, n, 1);
+    ggml_tensor * o = tree_recurrence_node(ctx, in.q, in.k, in.v, gate_log, beta, ssm_state, g.tree_visits, device_is_cpu(m.dev));
+    return ggml_reshape_4d(ctx, o, S, Hv, n, 1);
 }
 
 // DeltaNet mixer (§2.1.2): returns [E, n] and writes the layer's new conv and recurrent state.
@@ -184,7 +212,9 @@ static ggml_tensor * delta_net(ggml_context * ctx, ggml_cgraph * gf, const Model
         const size_t f = ggml_element_size(g);
         ggml_build_forward_expand(gf, ggml_cpy(ctx, g, ggml_view_2d(ctx, kv.rec.replay_g[size_t(il)], Hv, n, Hv * f, 0)));
         ggml_build_forward_expand(gf, ggml_cpy(ctx, beta, ggml_view_2d(ctx, kv.rec.replay_beta[size_t(il)], Hv, n, Hv * f, 0)));
-        if (graph.shape.tree_paths > 0) {   // a tree verify (only with replay: Engine::verify_tree)
+        if (graph.shape.tree_nodes) {   // a tree verify (only with replay: Engine::verify_tree)
+            o = tree_node_recurrence(ctx, m, L, graph, xin, ssm_state, g, beta);
+        } else if (graph.shape.tree_paths > 0) {
             o = tree_recurrence(ctx, hp, L, graph, conv_state, ssm_state, qkv, g, beta);
         } else {
             ggml_tensor * r = ggml_gated_delta_net(ctx, in.q, in.k, in.v, g, beta, ssm_state, 1);   // [S·Hv, n + S]
@@ -245,6 +275,13 @@ static std::unique_ptr<ForwardGraph> build_qwen35_graph(const Model & m, const C
         for (ggml_tensor * t : {g->path_rows, g->node_slot}) ggml_set_input(t);
         ggml_set_name(g->path_rows, "inp_tree_path_rows");
         ggml_set_name(g->node_slot, "inp_tree_node_slot");
+    }
+    if (shape.tree_nodes) {
+        g->tree_visits = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 3 * n);
+        g->tree_windows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, int64_t(hp.ssm_conv) * n);
+        for (ggml_tensor * t : {g->tree_visits, g->tree_windows}) ggml_set_input(t);
+        ggml_set_name(g->tree_visits, "inp_tree_visits");
+        ggml_set_name(g->tree_windows, "inp_tree_windows");
     }
     ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, g->tokens);
     for (int il = 0; il < hp.n_layer; ++il) {

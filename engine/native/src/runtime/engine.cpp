@@ -29,6 +29,11 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
         batch_.kernels = make_small_batch_runner(runner_->backend(), params_.step_graphs, KernelScope::more_past_mmvq);
         step_.kernels = make_small_batch_runner(runner_->backend(), params_.step_graphs, KernelScope::core_formats);
     }
+    if (m_.hp.hybrid() && params_.tree_verify && params_.tree_recurrence == LUCE_TREE_RECURRENCE_NODES && !runner_->on_cpu() &&
+        !(batch_.kernels && batch_.kernels->takes_tree_nodes(m_.hp.ssm_state, 2))) {
+        throw Error(LUCE_ERR_INVALID_ARG, "tree_recurrence nodes on " + m_.device_name + " needs luce's small-batch kernels "
+                                          "(small_batch_kernels on, a CUDA build) and a recurrent state size of 16, 32, 64 or 128");
+    }
     debug_piecewise_ = device_is_cpu(m_.dev) && params_.debug_piecewise;
     reserve_worst_case();
 }
@@ -64,8 +69,11 @@ void Engine::reserve_worst_case() {
         // a tree verify of n_verify_max nodes: its paths' recurrence at the widest and the longest
         // bucketed shapes (tree_paths.h), and the commit's move of the longest path
         const int nvm = kv_.rec.n_verify_max, W = 4;
-        for (const GraphShape & s : {GraphShape{nvm, kv_.n_ctx, true, true, tree_paths_max(nvm), W},
-                                     GraphShape{nvm, kv_.n_ctx, true, true, 1, tree_path_rows_max(nvm)}}) {
+        // (paths are reserved where nodes run too: a graph the runner cannot take falls back to them)
+        std::vector<GraphShape> shapes = {GraphShape{nvm, kv_.n_ctx, true, true, tree_paths_max(nvm), W},
+                                          GraphShape{nvm, kv_.n_ctx, true, true, 1, tree_path_rows_max(nvm)}};
+        if (tree_by_nodes(batch_, nvm)) shapes.push_back(GraphShape{nvm, kv_.n_ctx, true, true, 0, 0, true});
+        for (const GraphShape & s : shapes) {
             runner_->reserve(build_graph(m_, kv_, s)->gf, kBatchKind, "a tree verify of " + std::to_string(nvm) + " nodes");
         }
         compute = runner_->compute_bytes() + ggml_gallocr_get_buffer_size(replay_alloc_, 0);
@@ -79,6 +87,10 @@ void Engine::reserve_worst_case() {
     // measured now, plus what the small-batch kernels may hold
     const bool kernels_take = batch_.kernels && small_batch_kernels_may_take_any(m_.ctx, KernelScope::more_past_mmvq);
     plan_.compute = compute + (kernels_take ? 2 * small_batch_scratch_bound(matmul_width(m_.hp)) : 0);   // a runner a slot
+    if (kv_.rec.replay && params_.tree_verify && tree_by_nodes(batch_, kv_.rec.n_verify_max) && !runner_->on_cpu()) {
+        plan_.compute += tree_nodes_stack_bound(kv_.rec.n_verify_max, m_.hp.ssm_state, m_.hp.ssm_heads) +
+                         tree_nodes_stack_bound(1, m_.hp.ssm_state, m_.hp.ssm_heads);   // the runners' state stacks
+    }
     update_plan_totals(plan_, runner_->on_cpu());
 }
 
@@ -114,23 +126,34 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify,
                                           " tokens exceed the capacity of " + std::to_string(kv_.n_ctx));
     }
     GraphShape shape{n, std::min(kv_.n_ctx, round_up(n_past + n, kCtxPad)), logits_all && n > 1, verify && m_.hp.hybrid()};
-    if (parents && m_.hp.hybrid()) {   // the recurrent layers run the tree's paths (verify_tree checked the rows)
-        tree_paths_ = tree_paths(parents, n);
-        shape.tree_paths = tree_paths_.n_paths;
-        shape.tree_depth = tree_paths_.depth;
-    }
     // a verify graph leaves the recurrent state untouched, so a failure needs no replay
     const bool replay_on_failure = m_.hp.hybrid() && !replaying_ && !shape.verify;
     logits_.invalidate();   // the logits tensor is rewritten (or freed) below: unread rows are lost
     // Decode steps and verifications run on the small-batch kernels; a short prompt stays on ggml's,
     // so it fills the cache exactly as llama.cpp would.
     GraphSlot & slot = slot_for(n);
-    ForwardGraph & g = select_graph(slot, shape, (verify || decode) && slot.kernels && slot.kernels->wants(n));
-    set_inputs(g, toks, n, parents);
+    const bool on_kernels = (verify || decode) && slot.kernels;
+    ForwardGraph * g = nullptr;
+    if (parents && m_.hp.hybrid() && tree_by_nodes(slot, n)) {   // the recurrent layers run the tree's nodes
+        tree_nodes_ = tree_nodes(parents, n, m_.hp.ssm_conv);
+        shape.tree_nodes = true;
+        g = &select_graph(slot, shape, on_kernels);
+        // On a GPU only the small-batch runner computes the node recurrence (ggml would run a chain):
+        // where it cannot take this graph, the paths run instead.
+        if (!runner_->on_cpu() && !slot.piecewise) shape.tree_nodes = false, tree_nodes_refused_ = true;
+    }
+    if (parents && m_.hp.hybrid() && !shape.tree_nodes) {   // the recurrent layers run the tree's paths
+        tree_paths_ = tree_paths(parents, n);
+        shape.tree_paths = tree_paths_.n_paths;
+        shape.tree_depth = tree_paths_.depth;
+        g = nullptr;
+    }
+    if (!g) g = &select_graph(slot, shape, on_kernels && slot.kernels->wants(n));
+    set_inputs(*g, toks, n, parents);
 
-    const ggml_status status = slot.piecewise ? slot.kernels->compute(g.gf)
-                             : debug_piecewise_ ? compute_in_pieces(g.gf, slot.kind)
-                                                : runner_->compute_status(g.gf, slot.kind);
+    const ggml_status status = slot.piecewise ? slot.kernels->compute(g->gf)
+                             : debug_piecewise_ ? compute_in_pieces(g->gf, slot.kind)
+                                                : runner_->compute_status(g->gf, slot.kind);
     if (slot.piecewise) {
         stats_.n_small_batch_evals++;
         if (slot.kernels->last_ran() == SmallBatchRunner::Ran::replayed) stats_.n_step_graph_replays++;
@@ -139,8 +162,15 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify,
     // Cancelled: nothing is committed; cells written past the context stay hidden by the mask.
     runner_->throw_on(status, "graph computation");
 
-    read_outputs(g, logits_all, verify, replay_on_failure);
+    read_outputs(*g, logits_all, verify, replay_on_failure);
     tokens_.insert(tokens_.end(), toks, toks + n);
+}
+
+bool Engine::tree_by_nodes(const GraphSlot & slot, int32_t n) const {
+    if (params_.tree_recurrence == LUCE_TREE_RECURRENCE_PATHS || tree_nodes_refused_) return false;
+    // the CPU's op by nodes is luce's own arithmetic, not ggml's gated_delta_net: paths unless asked
+    if (runner_->on_cpu()) return params_.tree_recurrence == LUCE_TREE_RECURRENCE_NODES;
+    return slot.kernels && slot.kernels->takes_tree_nodes(m_.hp.ssm_state, n);
 }
 
 ForwardGraph & Engine::select_graph(GraphSlot & slot, const GraphShape & shape, bool piecewise) {
@@ -152,7 +182,8 @@ ForwardGraph & Engine::select_graph(GraphSlot & slot, const GraphShape & shape, 
                                     },
                                     [&](ForwardGraph & g) {
                                         if (!piecewise) return;
-                                        for (ggml_tensor * t : {g.tokens, g.pos, g.kv_idx, g.cap_idx, g.mask, g.path_rows, g.node_slot}) {
+                                        for (ggml_tensor * t : {g.tokens, g.pos, g.kv_idx, g.cap_idx, g.mask, g.path_rows, g.node_slot, g.tree_visits,
+                                                               g.tree_windows}) {
                                             slot.kernels->place_input(runner_->sched(slot.kind), t);
                                         }
                                     });
@@ -186,6 +217,10 @@ void Engine::set_inputs(ForwardGraph & g, const int32_t * toks, int32_t n, const
     if (g.path_rows) {
         ggml_backend_tensor_set(g.path_rows, tree_paths_.path_rows.data(), 0, tree_paths_.path_rows.size() * sizeof(int32_t));
         ggml_backend_tensor_set(g.node_slot, tree_paths_.node_slot.data(), 0, tree_paths_.node_slot.size() * sizeof(int32_t));
+    }
+    if (g.tree_visits) {
+        ggml_backend_tensor_set(g.tree_visits, tree_nodes_.visits.data(), 0, tree_nodes_.visits.size() * sizeof(int32_t));
+        ggml_backend_tensor_set(g.tree_windows, tree_nodes_.window_rows.data(), 0, tree_nodes_.window_rows.size() * sizeof(int32_t));
     }
     if (parents) {
         tree_mask(mask_buf_, g.shape.n_kv, n, n_past, parents);

@@ -9,6 +9,7 @@
 #include "sampler.h"
 #include "small_batch_runner.h"
 #include "path_move_graph.h"
+#include "tree_nodes.h"
 #include "tree_paths.h"
 
 #include "ggml-alloc.h"
@@ -94,6 +95,8 @@ private:
               const int32_t * parents = nullptr);
     struct GraphSlot;
     ForwardGraph & select_graph(GraphSlot & slot, const GraphShape & shape, bool piecewise);
+    // Whether a hybrid tree verify of n nodes runs its recurrence by nodes (params.tree_recurrence).
+    bool tree_by_nodes(const GraphSlot & slot, int32_t n) const;
     void set_inputs(ForwardGraph & g, const int32_t * tokens, int32_t n, const int32_t * parents);
     void begin_verify(const int32_t * tokens, int32_t n, bool keep_pre_logits);   // checks shared by both verifies
     void move_path_rows(const int32_t * nodes, int32_t k);   // engine_tree.cpp: KV and capture rows
@@ -106,7 +109,9 @@ private:
     void check_no_pending() const;
     int32_t pending_ = 0;                      // provisional tokens of an uncommitted verify
     std::vector<int32_t> tree_parents_;        // of a pending tree verify (empty: a chain verify)
-    TreePaths tree_paths_;                     // of the last hybrid tree verify (its graph's path inputs)
+    TreePaths tree_paths_;                     // of the last hybrid tree verify by paths (its graph's path inputs)
+    TreeNodes tree_nodes_;                     // ... by nodes (its graph's visits and conv windows)
+    bool tree_nodes_refused_ = false;          // the runner could not take a graph by nodes: paths from then on
     TurnCheckpoints checkpoints_;
     void restore_recurrent_after(int32_t k);   // from the snapshots
     void replay_recurrent(int32_t k);          // by replay (kv_.rec.replay)

@@ -15,6 +15,10 @@ luce_engine_params normalized_engine_params(const Model & m, luce_engine_params 
     if (p.rollback != LUCE_ROLLBACK_SNAPSHOT && p.rollback != LUCE_ROLLBACK_REPLAY) {
         throw Error(LUCE_ERR_INVALID_ARG, "rollback must be LUCE_ROLLBACK_SNAPSHOT or LUCE_ROLLBACK_REPLAY");
     }
+    if (p.tree_recurrence != LUCE_TREE_RECURRENCE_AUTO && p.tree_recurrence != LUCE_TREE_RECURRENCE_PATHS &&
+        p.tree_recurrence != LUCE_TREE_RECURRENCE_NODES) {
+        throw Error(LUCE_ERR_INVALID_ARG, "tree_recurrence must be LUCE_TREE_RECURRENCE_AUTO, _PATHS or _NODES");
+    }
     if (p.n_ctx <= 0) p.n_ctx = std::min(m.hp.n_ctx_train, 8192);
     p.n_ctx = round_up(p.n_ctx, kCtxPad);
     if (p.n_batch <= 0) p.n_batch = 512;
@@ -80,6 +84,11 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     if (!device_is_cpu(m.dev) && p.small_batch_kernels && small_batch_kernels_may_take_any(m.ctx, KernelScope::more_past_mmvq)) compute += 2 * small_batch_scratch_bound(matmul_width(hp));
     if (replay) compute += replay_scratch_bound(hp, p.n_verify_max);
     if (replay && p.tree_verify) compute += tree_scratch_bound(hp, p.n_verify_max);
+    // a tree by nodes on a GPU: the runners' state stacks (the batch slot's and the one-token slot's)
+    if (replay && p.tree_verify && !device_is_cpu(m.dev) && p.small_batch_kernels &&
+        p.tree_recurrence != LUCE_TREE_RECURRENCE_PATHS && cuda::tree_recurrence_supports(hp.ssm_state)) {
+        compute += tree_nodes_stack_bound(p.n_verify_max, hp.ssm_state, hp.ssm_heads) + tree_nodes_stack_bound(1, hp.ssm_state, hp.ssm_heads);
+    }
     plan.compute = compute;
     plan.outputs = uint64_t(hp.n_vocab) * 4 * nb;
     finish_plan(plan, m.dev, m.buffer != nullptr);

@@ -16,6 +16,8 @@
 
 #include "ggml-backend.h"
 #include "small_batch_gemm.h"
+#include "tree_nodes.h"
+#include "tree_recurrence.h"
 
 #include <algorithm>
 #include <memory>
@@ -31,6 +33,15 @@ constexpr int kSmallBatchMaxTokens = 16;
 // (counted in the memory plan on GPUs).
 inline size_t small_batch_scratch_bound(int64_t k_max) {
     return cuda::small_gemm_scratch_bytes(k_max, kSmallBatchMaxTokens);
+}
+
+// A hybrid tree verify by nodes (tree_nodes.h) of up to this many nodes runs on a runner whatever
+// its width: the runner computes the recurrence (cuda/tree_recurrence.h) and leaves the matmuls past
+// kSmallBatchMaxTokens columns to ggml.
+constexpr int kTreeNodesMax = 64;
+// The state stack a runner holds for such a tree of n nodes (state size S, H heads).
+inline size_t tree_nodes_stack_bound(int n, int64_t S, int64_t H) {
+    return cuda::tree_recurrence_stack_bytes(tree_nodes_slots_max(n), S, H);
 }
 
 // Which matmuls a runner's kernels take. A target's one-token steps take the core formats only:
@@ -83,6 +94,9 @@ public:
 
     // Graphs of kSmallBatchMinTokens..kSmallBatchMaxTokens tokens qualify.
     virtual bool wants(int n_tokens) const = 0;
+    // ... and hybrid tree verifies by nodes of n nodes with recurrent state size S (their recurrence
+    // node, tree_recurrence_op.h, is replaced by the tree kernel; prepare() fails where it cannot be).
+    virtual bool takes_tree_nodes(int64_t S, int n) const = 0;
     // Between building and allocating a graph: keep these graph inputs on the device (then the graph
     // is one split without input copies).
     virtual void place_input(ggml_backend_sched_t sched, ggml_tensor * input) = 0;
