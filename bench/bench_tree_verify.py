@@ -3,16 +3,17 @@ of n nodes, median ms of --repeats after a warm-up; what an `auto` rule would ca
 issue-19 bar on the 27B-shaped hybrid (tree verify at budget 22, 23 nodes, against the 16-token chain).
 
     python bench/bench_tree_verify.py [--target T.gguf] [--device cpu] [--threads 2] [--rows 5,9,16,17,23,33]
-        [--tree-recurrence paths,nodes]
+        [--tree-recurrence paths,nodes] [--small-batch-max-tokens 16,24]
 
 Each verify is followed by commit(0), which changes nothing (the verify cost alone); then a commit of
 a 4-token path (chain: commit(4), tree: commit_path of the deepest 4-node path; K/V rows moved, on a
 hybrid model its recurrence replayed), measured as verify + commit minus the verify alone (the
 context grows by 4 tokens each time, as in generation). Trees are best-first (engine/ddtree.py) from a synthetic draft
 whose rank-r candidate has probability 0.5^(r+1) at every depth (--tree-shape random: random parents).
-On a hybrid model each --tree-recurrence (the engine parameter: each root-to-leaf path from the
-committed state, or each node once) has an engine of its own, and the largest difference between
-their tree logits is printed beside the times.
+Each --tree-recurrence (a hybrid model's engine parameter: each root-to-leaf path from the committed
+state, or each node once) and --small-batch-max-tokens (CUDA: the widest verify on luce's matmul
+kernels) has an engine of its own; the largest difference between their tree logits on the same
+context is printed beside the times.
 """
 from __future__ import annotations
 
@@ -62,14 +63,15 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--tree-shape", choices=("best-first", "random"), default="best-first")
     ap.add_argument("--tree-recurrence", default="auto", help="comma-separated: auto, paths, nodes (hybrid models)")
+    ap.add_argument("--small-batch-max-tokens", default="16",
+                    help="comma-separated: the widest verify on luce's CUDA kernels (an engine per value)")
     args = ap.parse_args()
-    modes = args.tree_recurrence.split(",")
+    configs = [(m, int(t)) for t in args.small_batch_max_tokens.split(",") for m in args.tree_recurrence.split(",")]
     model = Model(args.target or default_model_path(), device=args.device, n_threads=args.threads)
     rows = [int(r) for r in args.rows.split(",")]
     grows = (args.repeats + 1) * (2 * PATH_KEPT * len(rows) + 1)   # the commits' and plain steps' tokens
-    engines = {m: Engine(model, n_ctx=args.context + grows + max(rows) + 64, n_verify_max=max(rows), tree_verify=True,
-                         tree_recurrence=m) for m in modes}
-    eng = engines[modes[0]]
+    engines = {c: Engine(model, n_ctx=args.context + grows + max(rows) + 64, n_verify_max=max(rows), tree_verify=True,
+                         tree_recurrence=c[0], small_batch_max_tokens=c[1]) for c in configs}
     rng = np.random.default_rng(0)
     vocab = min(model.n_vocab, 5000)
     context = [int(t) for t in rng.integers(0, vocab, args.context)]
@@ -85,57 +87,57 @@ def main() -> int:
             ts.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(ts)
 
-    print(f"{model.name} ({model.arch}) on {model.device}, {args.threads} threads, context {args.context}, "
-          f"{args.tree_shape} trees")
     make = best_first_tree if args.tree_shape == "best-first" else random_tree
     x0 = int(rng.integers(0, vocab))
     shapes = []
     for n in rows:
         chain_toks = [x0] + [int(t) for t in rng.integers(0, vocab, n - 1)]
         shapes.append((n, chain_toks, *make(x0, n, rng, vocab)))
-    # the recurrences' logits on the same context, before the timings grow the engines' contexts apart
-    diffs = {}
+    # every engine's tree logits on the same context, before the timings grow their contexts apart
+    apart = {}
     for n, _, toks, parents in shapes:
         logits = []
         for e in engines.values():
             logits.append(e.verify_tree(toks, parents))
             e.commit(0)
-        diffs[n] = max(float(np.abs(x - logits[0]).max() / max(np.abs(logits[0]).max(), 1e-30)) for x in logits)
+        apart[n] = max(float(np.abs(x - logits[0]).max() / max(np.abs(logits[0]).max(), 1e-30)) for x in logits)
 
-    print(f"plain step: {timed(eng.step):.2f} ms")
-    print(f"{'rows':>4} | {'chain verify':>12} | " + " | ".join(f"{'tree ' + m:>12} | {'/chain':>6}" for m in modes) +
-          f" | {'chain commit(4)':>15} | " + " | ".join(f"{'commit_path ' + m:>17}" for m in modes) +
-          " | tree: leaves, depth" + (" | logits apart" if len(modes) > 1 else ""))
-    for n, chain_toks, toks, parents in shapes:
-        path = deepest_path(parents, PATH_KEPT)
-        leaves = len(set(range(len(parents))) - set(parents))
-        depth = len(deepest_path(parents, n))
+    print(f"{model.name} ({model.arch}) on {model.device}, {args.threads} threads, context {args.context}, "
+          f"{args.tree_shape} trees")
+    for (mode, max_tokens), eng in engines.items():
+        print(f"\ntree_recurrence {mode}, small_batch_max_tokens {max_tokens}: plain step {timed(eng.step):.2f} ms")
+        print(f"{'rows':>4} | {'chain verify':>12} | {'tree verify':>11} | tree/chain | {'chain commit(4)':>15} | "
+              f"{'tree commit_path(4)':>19} | tree: leaves, depth | logits apart (all engines)")
+        chain_ms = {}
+        for n, chain_toks, toks, parents in shapes:
+            path = deepest_path(parents, PATH_KEPT)
+            leaves = len(set(range(len(parents))) - set(parents))
+            depth = len(deepest_path(parents, n))
 
-        def chain_verify():
-            eng.verify(chain_toks, logits=False)
-            eng.commit(0)
+            def chain_verify():
+                eng.verify(chain_toks, logits=False)
+                eng.commit(0)
 
-        def chain_commit():
-            eng.verify(chain_toks, logits=False)
-            eng.commit(min(PATH_KEPT, n))
+            def tree_verify():
+                eng.verify_tree(toks, parents, logits=False)
+                eng.commit(0)
 
-        cv = timed(chain_verify)
-        cc = timed(chain_commit) - cv
-        tv, tc = {}, {}
-        for m, e in engines.items():
-            def tree_verify(e=e):
-                e.verify_tree(toks, parents, logits=False)
-                e.commit(0)
+            def chain_commit():
+                eng.verify(chain_toks, logits=False)
+                eng.commit(min(PATH_KEPT, n))
 
-            def tree_commit(e=e):
-                e.verify_tree(toks, parents, logits=False)
-                e.commit_path(path)
+            def tree_commit():
+                eng.verify_tree(toks, parents, logits=False)
+                eng.commit_path(path)
 
-            tv[m] = timed(tree_verify)
-            tc[m] = timed(tree_commit) - tv[m]
-        diff = f" | {diffs[n]:.1e}" if len(modes) > 1 else ""
-        print(f"{n:>4} | {cv:>9.2f} ms | " + " | ".join(f"{tv[m]:>9.2f} ms | {tv[m] / cv:>6.2f}" for m in modes) +
-              f" | {cc:>12.2f} ms | " + " | ".join(f"{tc[m]:>14.2f} ms" for m in modes) + f" | {leaves}, {depth}{diff}")
+            cv, tv = timed(chain_verify), timed(tree_verify)
+            cc, tc = timed(chain_commit) - cv, timed(tree_commit) - tv
+            chain_ms[n] = cv
+            print(f"{n:>4} | {cv:>9.2f} ms | {tv:>8.2f} ms | {tv / cv:>10.2f} | {cc:>12.2f} ms | {tc:>16.2f} ms | "
+                  f"{leaves}, {depth} | {apart[n]:.1e}")
+            if n == 23 and 16 in chain_ms:
+                print(f"bar ({mode}, {max_tokens}): tree of 23 nodes (budget 22) / 16-token chain verify = "
+                      f"{tv / chain_ms[16]:.2f} (at most 1.5)")
     return 0
 
 

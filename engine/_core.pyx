@@ -39,7 +39,8 @@ def engine_defaults():
     return {"n_ctx": p.n_ctx, "n_batch": p.n_batch, "cache_type_k": _name_of(CACHE_TYPES, p.type_k),
             "cache_type_v": _name_of(CACHE_TYPES, p.type_v), "kv_rotation": p.kv_rotation,
             "n_verify_max": p.n_verify_max, "rollback": _name_of(ROLLBACKS, p.rollback),
-            "small_batch_kernels": p.small_batch_kernels, "step_graphs": p.step_graphs, "tree_verify": p.tree_verify,
+            "small_batch_kernels": p.small_batch_kernels, "step_graphs": p.step_graphs,
+            "small_batch_max_tokens": p.small_batch_max_tokens, "tree_verify": p.tree_verify,
             "tree_recurrence": _name_of(TREE_RECURRENCES, p.tree_recurrence),
             "debug_piecewise": p.debug_piecewise, "debug_staged_state_io": p.debug_staged_state_io}
 
@@ -210,6 +211,7 @@ cdef luce_engine_params _engine_params(dict kw) except *:
     if "rollback" in kw: p.rollback = ROLLBACKS[kw["rollback"]]
     if "small_batch_kernels" in kw: p.small_batch_kernels = kw["small_batch_kernels"]
     if "step_graphs" in kw: p.step_graphs = kw["step_graphs"]
+    if "small_batch_max_tokens" in kw: p.small_batch_max_tokens = kw["small_batch_max_tokens"]
     if "tree_verify" in kw: p.tree_verify = kw["tree_verify"]
     if "tree_recurrence" in kw: p.tree_recurrence = TREE_RECURRENCES[kw["tree_recurrence"]]
     if "debug_piecewise" in kw: p.debug_piecewise = kw["debug_piecewise"]

@@ -85,6 +85,7 @@ cdef extern from "luce.h" nogil:
         luce_rollback rollback
         bint small_batch_kernels
         bint step_graphs
+        int32_t small_batch_max_tokens
         bint tree_verify
         luce_tree_recurrence tree_recurrence
         bint debug_piecewise

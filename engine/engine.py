@@ -85,14 +85,16 @@ class Engine:
                  rollback: str = ENGINE_DEFAULTS["rollback"],
                  small_batch_kernels: bool = ENGINE_DEFAULTS["small_batch_kernels"],
                  step_graphs: bool = ENGINE_DEFAULTS["step_graphs"],
+                 small_batch_max_tokens: int = ENGINE_DEFAULTS["small_batch_max_tokens"],
                  tree_verify: bool = ENGINE_DEFAULTS["tree_verify"],
                  tree_recurrence: str = ENGINE_DEFAULTS["tree_recurrence"],
                  debug_piecewise: bool = ENGINE_DEFAULTS["debug_piecewise"],
                  debug_staged_state_io: bool = ENGINE_DEFAULTS["debug_staged_state_io"]):
         """rollback: "replay" or "snapshot", how commit() restores a hybrid model's recurrent state
         after a verify (luce_rollback in luce.h); small_batch_kernels: CUDA decode steps and verifies
-        of 1..16 tokens on luce's own matmul kernels; step_graphs: each of those captured once as one
-        CUDA graph and replayed; tree_verify: a hybrid model's verify_tree() planned and possible
+        of up to small_batch_max_tokens tokens on luce's own matmul kernels; step_graphs: each of
+        those captured once as one CUDA graph and replayed; small_batch_max_tokens: the widest verify whose matmuls take luce's
+        kernels (1..32; past it ggml's); tree_verify: a hybrid model's verify_tree() planned and possible
         (dense models tree-verify without it); tree_recurrence: how its recurrent layers run a tree,
         "paths" (each root-to-leaf path from the committed state, stock ggml ops), "nodes" (each node
         once from its parent's state: luce's kernel on CUDA, luce's op on the CPU) or "auto" (nodes
@@ -106,7 +108,7 @@ class Engine:
         self._core = _core.CoreEngine(model._core, dict(
             n_ctx=n_ctx, n_batch=n_batch, cache_type_k=cache_type_k, cache_type_v=cache_type_v, kv_rotation=kv_rotation,
             n_verify_max=n_verify_max, rollback=rollback, small_batch_kernels=small_batch_kernels,
-            step_graphs=step_graphs, tree_verify=tree_verify, tree_recurrence=tree_recurrence,
+            step_graphs=step_graphs, small_batch_max_tokens=small_batch_max_tokens, tree_verify=tree_verify, tree_recurrence=tree_recurrence,
             debug_piecewise=debug_piecewise,
             debug_staged_state_io=debug_staged_state_io))
         self.n_verify_max = n_verify_max

@@ -74,14 +74,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# `python -m llama_cpp.server` with llama.cpp's extra buffer types off (reference.py's
+# llama_plain_kernels): on CPUs with AMX llama.cpp takes its AMX matmul, which crashes on batches of
+# SmolLM2's prompts (seen on a Xeon with AMX, llama-cpp-python 0.3.36: every streamed reply cut off).
+_SERVER_WITHOUT_EXTRA_BUFFERS = (
+    "import runpy, llama_cpp.llama as m\n"
+    "defaults = m.llama_cpp.llama_model_default_params\n"
+    "def plain():\n"
+    "    p = defaults()\n"
+    "    p.use_extra_bufts = False\n"
+    "    return p\n"
+    "m.llama_cpp.llama_model_default_params = plain\n"
+    "runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)\n")
+
+
 @contextlib.contextmanager
 def llama_cpp_server(model_path: str, *, n_ctx: int = 2048, timeout: float = 60.0):
     """llama-cpp-python's own OpenAI server (`python -m llama_cpp.server`) on the same GGUF: an
     independent implementation of the API. Yields its /v1 URL."""
     import httpx
 
+    from reference import cpu_has_amx
+
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", model_path, "--host", "127.0.0.1",
+    launch = ["-c", _SERVER_WITHOUT_EXTRA_BUFFERS] if cpu_has_amx() else ["-m", "llama_cpp.server"]
+    proc = subprocess.Popen([sys.executable, *launch, "--model", model_path, "--host", "127.0.0.1",
                              "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/v1"

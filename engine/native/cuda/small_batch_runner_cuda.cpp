@@ -49,7 +49,6 @@ namespace luce {
 namespace {
 
 constexpr int kMinTokens = kSmallBatchMinTokens;
-constexpr int kMaxTokens = kSmallBatchMaxTokens;
 
 cudaEvent_t cuda_event(ggml_backend_event_t ev) { return static_cast<cudaEvent_t>(ev->context); }
 
@@ -101,14 +100,14 @@ const ggml_tensor * storage(const ggml_tensor * t) { return t->view_src ? t->vie
 std::atomic<unsigned long long> g_step_capture_serial{0};
 
 // A matmul our kernels compute exactly as ggml defines it: quantized 2D weights in device memory
-// with aligned rows, f32 activations and output with contiguous columns, kMinTokens..kMaxTokens columns.
-bool replaceable(const ggml_tensor * t, KernelScope scope) {
+// with aligned rows, f32 activations and output with contiguous columns, kMinTokens..max_tokens columns.
+bool replaceable(const ggml_tensor * t, KernelScope scope, int max_tokens) {
     if (t->op != GGML_OP_MUL_MAT) return false;
     const ggml_tensor * w = t->src[0];
     const ggml_tensor * x = t->src[1];
     if (!cuda::small_gemm_supports(int(w->type)) || x->type != GGML_TYPE_F32 || t->type != GGML_TYPE_F32) return false;
     if (w->ne[2] != 1 || w->ne[3] != 1 || x->ne[2] != 1 || x->ne[3] != 1) return false;
-    if (x->ne[1] < kMinTokens || x->ne[1] > kMaxTokens || !small_batch_kernels_take(w, scope, x->ne[1]) || x->ne[0] != w->ne[0]) return false;
+    if (x->ne[1] < kMinTokens || x->ne[1] > max_tokens || !small_batch_kernels_take(w, scope, x->ne[1]) || x->ne[0] != w->ne[0]) return false;
     if (w->nb[0] != ggml_type_size(w->type) || x->nb[0] != sizeof(float) || t->nb[0] != sizeof(float)) return false;
     if (x->nb[1] % sizeof(float) != 0 || t->nb[1] % sizeof(float) != 0) return false;
     // Q4_K: 16-byte block headers; Q8_0, Q4_1: 4-byte words at known offsets of 272- / 160-byte steps; Q6_K: 2-byte fields
@@ -199,9 +198,9 @@ class CudaSmallBatchRunner final : public SmallBatchRunner {
 
 public:
     CudaSmallBatchRunner(ggml_backend_t backend, int device, int n_sm, ggml_backend_event_t to_ours, ggml_backend_event_t to_ggml,
-                         cudaStream_t stream, bool step_graphs, KernelScope scope)
+                         cudaStream_t stream, bool step_graphs, KernelScope scope, int max_tokens)
         : backend_(backend), device_(device), n_sm_(n_sm), to_ours_(to_ours), to_ggml_(to_ggml), stream_(stream),
-          step_graphs_(step_graphs), scope_(scope) {
+          step_graphs_(step_graphs), scope_(scope), max_tokens_(max_tokens) {
         // Debug switch (like ggml's GGML_CUDA_DISABLE_GRAPHS, read once here): LUCE_SMALL_BATCH_CHECK=1
         // compares each of our matmuls with ggml's on a graph's first compute (see check_against_ggml).
         const char * c = std::getenv("LUCE_SMALL_BATCH_CHECK");
@@ -222,7 +221,7 @@ public:
         ggml_backend_event_free(to_ggml_);
     }
 
-    bool wants(int n) const override { return n >= kMinTokens && n <= kMaxTokens; }
+    bool wants(int n) const override { return n >= kMinTokens && n <= max_tokens_; }
     bool takes_tree_nodes(int64_t S, int n) const override { return cuda::tree_recurrence_supports(S) && n >= 1 && n <= kTreeNodesMax; }
 
     void place_input(ggml_backend_sched_t sched, ggml_tensor * input) override {
@@ -246,7 +245,7 @@ public:
             const bool tree = tree_replaceable(t);
             // a tree node this runner cannot compute leaves the graph to ggml, which would run a chain
             if (!tree && is_tree_recurrence_node(t)) return false;
-            const bool ours = tree || replaceable(t, scope_);
+            const bool ours = tree || replaceable(t, scope_, max_tokens_);
             if (tree) {
                 ++n_trees;
                 const ggml_tensor * v = t->src[2];
@@ -463,6 +462,7 @@ private:
     cudaStream_t ggml_stream_ = nullptr;   // ggml's, where ours run when found
     bool step_graphs_;
     KernelScope scope_;
+    int max_tokens_;
     bool capture_next_ = false;             // the next compute captures the step graph
     cudaGraphExec_t step_exec_ = nullptr;   // the prepared graph as one CUDA graph, once captured
     Ran ran_ = Ran::pieces;
@@ -481,7 +481,7 @@ int cuda_device_index(ggml_backend_dev_t dev) {
 
 } // namespace
 
-std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend, bool step_graphs, KernelScope scope) {
+std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend, bool step_graphs, KernelScope scope, int max_tokens) {
     ggml_backend_dev_t dev = ggml_backend_get_device(backend);
     const int device = dev ? cuda_device_index(dev) : -1;
     if (device < 0) return nullptr;
@@ -506,7 +506,8 @@ std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend
         if (b) ggml_backend_event_free(b);
         return nullptr;
     }
-    return std::make_unique<CudaSmallBatchRunner>(backend, device, prop.multiProcessorCount, a, b, stream, step_graphs, scope);
+    max_tokens = std::clamp(max_tokens, kMinTokens, cuda::kSmallGemmMaxCols);
+    return std::make_unique<CudaSmallBatchRunner>(backend, device, prop.multiProcessorCount, a, b, stream, step_graphs, scope, max_tokens);
 }
 
 } // namespace luce

@@ -151,6 +151,8 @@ typedef struct luce_engine_params {
                                  // on luce's own kernels (cuda/small_batch_gemm.h); default true; no effect elsewhere
     bool    step_graphs;        // CUDA, with small_batch_kernels: each such step is captured once as one CUDA graph
                                 // (ggml's nodes and ours) and replayed; default true
+    int32_t small_batch_max_tokens; // CUDA, with small_batch_kernels: the widest verify whose matmuls they take
+                                // (1..32); default 16
     bool    tree_verify;        // hybrid models: plan and reserve luce_engine_verify_tree's scratch (each
                                 // root-to-leaf path's recurrence; dense models need none); default false
     luce_tree_recurrence tree_recurrence; // hybrid tree verify's recurrent layers; default LUCE_TREE_RECURRENCE_AUTO

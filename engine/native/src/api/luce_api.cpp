@@ -63,6 +63,7 @@ luce_engine_params luce_engine_default_params(void) {
     p.small_batch_kernels = true;
     p.step_graphs = true;
     p.tree_verify = false;
+    p.small_batch_max_tokens = 16;
     p.tree_recurrence = LUCE_TREE_RECURRENCE_AUTO;
     p.debug_piecewise = false;
     p.debug_staged_state_io = false;

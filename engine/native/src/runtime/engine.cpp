@@ -26,7 +26,8 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
     kv_.allocate(m_, params_.n_ctx, cache_ggml_type(params_.type_k), cache_ggml_type(params_.type_v), params_.kv_rotation,
                  params_.n_verify_max, rollback_by_replay(m_, params_));
     if (!runner_->on_cpu() && params_.small_batch_kernels) {
-        batch_.kernels = make_small_batch_runner(runner_->backend(), params_.step_graphs, KernelScope::more_past_mmvq);
+        batch_.kernels = make_small_batch_runner(runner_->backend(), params_.step_graphs, KernelScope::more_past_mmvq,
+                                                 params_.small_batch_max_tokens);
         step_.kernels = make_small_batch_runner(runner_->backend(), params_.step_graphs, KernelScope::core_formats);
     }
     if (m_.hp.hybrid() && params_.tree_verify && params_.tree_recurrence == LUCE_TREE_RECURRENCE_NODES && !runner_->on_cpu() &&
@@ -86,7 +87,7 @@ void Engine::reserve_worst_case() {
     }
     // measured now, plus what the small-batch kernels may hold
     const bool kernels_take = batch_.kernels && small_batch_kernels_may_take_any(m_.ctx, KernelScope::more_past_mmvq);
-    plan_.compute = compute + (kernels_take ? 2 * small_batch_scratch_bound(matmul_width(m_.hp)) : 0);   // a runner a slot
+    plan_.compute = compute + (kernels_take ? 2 * small_batch_scratch_bound(matmul_width(m_.hp), params_.small_batch_max_tokens) : 0);   // a runner a slot
     if (kv_.rec.replay && params_.tree_verify && tree_by_nodes(batch_, kv_.rec.n_verify_max) && !runner_->on_cpu()) {
         plan_.compute += tree_nodes_stack_bound(kv_.rec.n_verify_max, m_.hp.ssm_state, m_.hp.ssm_heads) +
                          tree_nodes_stack_bound(1, m_.hp.ssm_state, m_.hp.ssm_heads);   // the runners' state stacks

@@ -23,6 +23,10 @@ luce_engine_params normalized_engine_params(const Model & m, luce_engine_params 
     p.n_ctx = round_up(p.n_ctx, kCtxPad);
     if (p.n_batch <= 0) p.n_batch = 512;
     p.n_verify_max = std::clamp(p.n_verify_max, 0, int32_t(LUCE_MAX_STEP_TOKENS));
+    if (p.small_batch_max_tokens < kSmallBatchMinTokens || p.small_batch_max_tokens > cuda::kSmallGemmMaxCols) {
+        throw Error(LUCE_ERR_INVALID_ARG, "small_batch_max_tokens must be " + std::to_string(kSmallBatchMinTokens) + ".." +
+                                              std::to_string(cuda::kSmallGemmMaxCols) + ", not " + std::to_string(p.small_batch_max_tokens));
+    }
     p.n_batch = std::min(p.n_batch, p.n_ctx);
     return p;
 }
@@ -81,7 +85,7 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     uint64_t compute = graph_bytes(nb) + graph_bytes(1);
     if (!device_is_cpu(m.dev) && (ggml_is_quantized(tk) || ggml_is_quantized(tv))) compute += 2 * uint64_t(p.n_ctx) * KVD * 2;
     // a small-batch runner's scratch for each of the two slots
-    if (!device_is_cpu(m.dev) && p.small_batch_kernels && small_batch_kernels_may_take_any(m.ctx, KernelScope::more_past_mmvq)) compute += 2 * small_batch_scratch_bound(matmul_width(hp));
+    if (!device_is_cpu(m.dev) && p.small_batch_kernels && small_batch_kernels_may_take_any(m.ctx, KernelScope::more_past_mmvq)) compute += 2 * small_batch_scratch_bound(matmul_width(hp), p.small_batch_max_tokens);
     if (replay) compute += replay_scratch_bound(hp, p.n_verify_max);
     if (replay && p.tree_verify) compute += tree_scratch_bound(hp, p.n_verify_max);
     // a tree by nodes on a GPU: the runners' state stacks (the batch slot's and the one-token slot's)

@@ -24,15 +24,16 @@
 
 namespace luce {
 
-// Graphs of 1..16 tokens: decode steps and verifies. ggml's MMQ stays cheaper at 32 (28.3 against
-// 39.1 ms a verify on the H200, bench/RESULTS.md).
+// Graphs of 1..16 tokens by default: decode steps and verifies. ggml's MMQ stays cheaper at 32
+// (28.3 against 39.1 ms a verify on the H200, bench/RESULTS.md); an engine may move the limit
+// (luce_engine_params.small_batch_max_tokens, up to the kernels' kSmallGemmMaxCols).
 constexpr int kSmallBatchMinTokens = 1;
 constexpr int kSmallBatchMaxTokens = 16;
 
 // Device scratch the runner may hold for a model whose widest matmul input has k_max values
 // (counted in the memory plan on GPUs).
-inline size_t small_batch_scratch_bound(int64_t k_max) {
-    return cuda::small_gemm_scratch_bytes(k_max, kSmallBatchMaxTokens);
+inline size_t small_batch_scratch_bound(int64_t k_max, int max_tokens = kSmallBatchMaxTokens) {
+    return cuda::small_gemm_scratch_bytes(k_max, max_tokens);
 }
 
 // A hybrid tree verify by nodes (tree_nodes.h) of up to this many nodes runs on a runner whatever
@@ -92,7 +93,7 @@ class SmallBatchRunner {
 public:
     virtual ~SmallBatchRunner() = default;
 
-    // Graphs of kSmallBatchMinTokens..kSmallBatchMaxTokens tokens qualify.
+    // Graphs of kSmallBatchMinTokens..max_tokens tokens qualify (make_small_batch_runner).
     virtual bool wants(int n_tokens) const = 0;
     // ... and hybrid tree verifies by nodes of n nodes with recurrent state size S (their recurrence
     // node, tree_recurrence_op.h, is replaced by the tree kernel; prepare() fails where it cannot be).
@@ -120,6 +121,8 @@ public:
 // capability 8.0 or more, or luce built without CUDA. (Engines made with
 // luce_engine_params.small_batch_kernels false never ask for one.) step_graphs: capture and replay
 // each prepared graph as one CUDA graph (luce_engine_params.step_graphs); scope: the matmuls it takes.
-std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend, bool step_graphs, KernelScope scope);
+// max_tokens: the widest graph (and matmul) it takes, kSmallBatchMinTokens..cuda::kSmallGemmMaxCols.
+std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t backend, bool step_graphs, KernelScope scope,
+                                                          int max_tokens = kSmallBatchMaxTokens);
 
 } // namespace luce

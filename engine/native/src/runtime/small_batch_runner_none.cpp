@@ -6,7 +6,7 @@
 
 namespace luce {
 
-std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t, bool, KernelScope) { return nullptr; }
+std::unique_ptr<SmallBatchRunner> make_small_batch_runner(ggml_backend_t, bool, KernelScope, int) { return nullptr; }
 
 } // namespace luce
 
