@@ -20,6 +20,7 @@
 #include "tree_recurrence.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 
 namespace luce {
@@ -66,20 +67,28 @@ inline bool small_batch_core_format(const ggml_tensor * w) {
 // The Q4_1 kernel has been checked by a lane-by-lane host emulation of its fragments, not yet on a
 // GPU (no lease could be had, 2026-12-06): runners take Q4_1 once tests/test_cuda_small_gemm.py's
 // Q4_1 cases (bench/gpu suite `kernel_test`) have passed on one. Until then SmolLM2's Q4_1 matmuls
-// stay on ggml and only its partial-step Q8_0 output matrix moves past 8 rows.
+// stay on ggml and only its partial-step Q8_0 output matrix moves past 8 rows. Debug switch (read
+// once, like LUCE_SMALL_BATCH_CHECK): LUCE_SMALL_BATCH_Q41=1 lets them take Q4_1 already, for the
+// GPU run that checks the kernel (bench/gpu suite `q41`). Memory plans count Q4_1 either way.
 constexpr bool kRunnersTakeQ41 = false;
+inline bool runners_take_q41() {
+    static const bool on = [] {
+        const char * v = std::getenv("LUCE_SMALL_BATCH_Q41");
+        return kRunnersTakeQ41 || (v && v[0] == '1' && v[1] == '\0');
+    }();
+    return on;
+}
 
 // Whether the kernels could take a matmul with weight w (its type and row length) at some width: a
 // model or draft without such a weight never replaces a matmul, so its runner allocates no scratch.
 inline bool small_batch_kernels_may_take(const ggml_tensor * w, KernelScope scope) {
     return w && ggml_n_dims(w) == 2 && cuda::small_gemm_takes(int(w->type), w->ne[0]) &&
-           (kRunnersTakeQ41 || w->type != GGML_TYPE_Q4_1) &&
            (scope != KernelScope::core_formats || small_batch_core_format(w));
 }
 // ... and at n_cols columns.
 inline bool small_batch_kernels_take(const ggml_tensor * w, KernelScope scope, int64_t n_cols) {
     if (scope == KernelScope::more_past_mmvq && n_cols <= kGgmlMmvqMaxColumns) scope = KernelScope::core_formats;
-    return small_batch_kernels_may_take(w, scope);
+    return small_batch_kernels_may_take(w, scope) && (w->type != GGML_TYPE_Q4_1 || runners_take_q41());
 }
 // The same for any weight of a context of weight tensors (a model's or a draft's headers).
 inline bool small_batch_kernels_may_take_any(ggml_context * weights, KernelScope scope) {
