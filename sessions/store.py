@@ -84,6 +84,20 @@ class SessionStore:
     # --- opening ---------------------------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
+        # Two processes opening one new file at once: the switch to WAL (and the schema's first
+        # writes) can get SQLITE_BUSY at once, without SQLite's busy handler (lock escalation that
+        # would deadlock), so the whole open is retried until busy_timeout.
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                return self._open_once()
+            except SessionStoreError as e:
+                if not isinstance(e.__cause__, sqlite3.OperationalError) or not _is_busy(e.__cause__) \
+                        or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def _open_once(self) -> sqlite3.Connection:
         _check_header(self.db_path)  # refuses before SQLite touches the file
         try:
             conn = sqlite3.connect(self.db_path, timeout=self.busy_timeout, isolation_level=None,
@@ -536,6 +550,14 @@ def _version_and_tables(conn: sqlite3.Connection) -> tuple[int, list[str]]:
     finally:
         conn.execute("COMMIT")
     return found, tables
+
+
+def _is_busy(e: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY / SQLITE_LOCKED: another connection holds a lock (worth a retry)."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (5, 6)   # SQLITE_BUSY, SQLITE_LOCKED
+    return "locked" in str(e) or "busy" in str(e)
 
 
 def _is_corruption(e: sqlite3.DatabaseError) -> bool:
