@@ -498,6 +498,10 @@ def test_parameters_default_to_the_native_defaults(hybrid_model):
         Engine(hybrid_model, n_ctx=256, rollback="copy")
     with pytest.raises(TypeError, match="unknown engine parameter"):
         hybrid_model.plan(n_ctx=256, rolback="replay")
+    assert (ENGINE_DEFAULTS["small_batch_max_tokens"], ENGINE_DEFAULTS["tree_recurrence"]) == (16, "auto")
+    for bad in (0, 33):
+        with pytest.raises(InvalidArgumentError, match="small_batch_max_tokens must be 1..32, not " + str(bad)):
+            Engine(hybrid_model, n_ctx=256, small_batch_max_tokens=bad)
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
