@@ -5,6 +5,8 @@ every layer to the same GPU so both sides run the same ggml kernels.
 """
 from __future__ import annotations
 
+import contextlib
+
 import os
 import numpy as np
 
@@ -77,9 +79,17 @@ def llama_plain_kernels(**kwargs):
     AMX tiles on CPUs that have them), which sum in another order; ggml's plain kernels, which we
     run, then differ by ~1e-3. Without repacking the two are bit-identical. It also keeps the
     reference off llama.cpp's AMX matmul, which crashes on the tiny models' q8_0 shapes (seen on a
-    Xeon with AMX, llama-cpp-python 0.3.36). llama-cpp-python has no argument for it, so its model
-    defaults are wrapped while the model loads."""
+    Xeon with AMX, llama-cpp-python 0.3.36)."""
     import llama_cpp
+
+    with llama_without_extra_buffers():
+        return llama_cpp.Llama(**kwargs)
+
+
+@contextlib.contextmanager
+def llama_without_extra_buffers():
+    """llama-cpp-python's models loaded meanwhile take no extra buffer types (use_extra_bufts off):
+    it has no argument for it, so its model defaults are wrapped."""
     import llama_cpp.llama as llama_module
 
     defaults = llama_module.llama_cpp.llama_model_default_params
@@ -91,7 +101,7 @@ def llama_plain_kernels(**kwargs):
 
     llama_module.llama_cpp.llama_model_default_params = without_repacking
     try:
-        return llama_cpp.Llama(**kwargs)
+        yield
     finally:
         llama_module.llama_cpp.llama_model_default_params = defaults
 

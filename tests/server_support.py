@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 COMMON = ["--device", "cpu", "--threads", "1"]
 
@@ -74,18 +75,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-# `python -m llama_cpp.server` with llama.cpp's extra buffer types off (reference.py's
-# llama_plain_kernels): on CPUs with AMX llama.cpp takes its AMX matmul, which crashes on batches of
-# SmolLM2's prompts (seen on a Xeon with AMX, llama-cpp-python 0.3.36: every streamed reply cut off).
+# `python -m llama_cpp.server` with llama.cpp's extra buffer types off (reference.py): on CPUs with
+# AMX llama.cpp takes its AMX matmul, which crashes on batches of SmolLM2's prompts (seen on a Xeon
+# with AMX, llama-cpp-python 0.3.36: every streamed reply cut off).
 _SERVER_WITHOUT_EXTRA_BUFFERS = (
-    "import runpy, llama_cpp.llama as m\n"
-    "defaults = m.llama_cpp.llama_model_default_params\n"
-    "def plain():\n"
-    "    p = defaults()\n"
-    "    p.use_extra_bufts = False\n"
-    "    return p\n"
-    "m.llama_cpp.llama_model_default_params = plain\n"
-    "runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)\n")
+    "import runpy, sys\n"
+    f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+    "from reference import llama_without_extra_buffers\n"
+    "with llama_without_extra_buffers():\n"
+    "    runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)\n")
 
 
 @contextlib.contextmanager

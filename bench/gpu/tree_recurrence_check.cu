@@ -104,7 +104,6 @@ TreeRecurrence call_of(const Device & d) {
     r.out = d.out;
     r.plan = d.plan;
     r.stack = d.stack;
-    r.stack_slots = d.slots;
     r.S = S;
     r.H = H;
     r.Hk = HK;

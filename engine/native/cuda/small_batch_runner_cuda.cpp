@@ -141,7 +141,7 @@ bool tree_replaceable(const ggml_tensor * t) {
            visits->type == GGML_TYPE_I32 && ggml_nelements(visits) == 3 * n && on_device(visits);
 }
 
-cuda::TreeRecurrence tree_of(const ggml_tensor * t, float * stack, int stack_slots) {
+cuda::TreeRecurrence tree_of(const ggml_tensor * t, float * stack) {
     const ggml_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
     cuda::TreeRecurrence r{};
     r.q = static_cast<const float *>(q->data);
@@ -157,7 +157,6 @@ cuda::TreeRecurrence tree_of(const ggml_tensor * t, float * stack, int stack_slo
     r.out = static_cast<float *>(t->data);
     r.plan = static_cast<const int32_t *>(t->src[kTreeVisitsSrc]->data);
     r.stack = stack;
-    r.stack_slots = stack_slots;
     r.S = int(v->ne[0]);
     r.H = int(v->ne[1]);
     r.Hk = int(q->ne[1]);
@@ -249,7 +248,6 @@ public:
             if (tree) {
                 ++n_trees;
                 const ggml_tensor * v = t->src[2];
-                stack_slots_ = tree_nodes_slots_max(int(v->ne[2]));
                 stack_need = std::max(stack_need, tree_nodes_stack_bound(int(v->ne[2]), v->ne[0], v->ne[1]));
             } else if (ours) {
                 ++n_replaced_;
@@ -402,7 +400,7 @@ public:
         for (int i = p.begin; i < p.end; ++i) {
             const ggml_tensor * t = ggml_graph_node(gf, i);
             if (is_tree_recurrence_node(t)) {
-                if (cuda::tree_recurrence(tree_of(t, static_cast<float *>(stack_), stack_slots_), stream) != 0) return GGML_STATUS_FAILED;
+                if (cuda::tree_recurrence(tree_of(t, static_cast<float *>(stack_)), stream) != 0) return GGML_STATUS_FAILED;
                 continue;
             }
             const cuda::SmallGemm g = gemm_of(t, n_sm_);
@@ -455,7 +453,6 @@ private:
     size_t scratch_bytes_ = 0;
     void * stack_ = nullptr;   // the tree kernel's state stack
     size_t stack_bytes_ = 0;
-    int stack_slots_ = 0;
     std::vector<Piece> pieces_;
     int n_replaced_ = 0;
     bool check_ = false, checked_ = false;

@@ -29,8 +29,7 @@ struct TreeRecurrence {
     const float * state;  // [S, S, H]: the committed state, each head's columns contiguous (as ggml keeps it)
     float * out;          // [S, H, n]: the outputs, node i at i·S·H
     const int32_t * plan; // device [3·n]: per visit (node, load, save), tree_recurrence_plan.h
-    float * stack;        // device: stack_slots · H · S · S floats
-    int stack_slots;
+    float * stack;        // device: H · S · S floats for each stack slot the visits name
     int S, H, Hk, n;
     float scale;          // 1 / sqrt(S), computed on the host in float as ggml does
 };

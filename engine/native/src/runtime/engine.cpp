@@ -89,8 +89,7 @@ void Engine::reserve_worst_case() {
     const bool kernels_take = batch_.kernels && small_batch_kernels_may_take_any(m_.ctx, KernelScope::more_past_mmvq);
     plan_.compute = compute + (kernels_take ? 2 * small_batch_scratch_bound(matmul_width(m_.hp), params_.small_batch_max_tokens) : 0);   // a runner a slot
     if (kv_.rec.replay && params_.tree_verify && tree_by_nodes(batch_, kv_.rec.n_verify_max) && !runner_->on_cpu()) {
-        plan_.compute += tree_nodes_stack_bound(kv_.rec.n_verify_max, m_.hp.ssm_state, m_.hp.ssm_heads) +
-                         tree_nodes_stack_bound(1, m_.hp.ssm_state, m_.hp.ssm_heads);   // the runners' state stacks
+        plan_.compute += tree_nodes_stacks_bound(kv_.rec.n_verify_max, m_.hp.ssm_state, m_.hp.ssm_heads);
     }
     update_plan_totals(plan_, runner_->on_cpu());
 }
@@ -141,13 +140,15 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify,
         g = &select_graph(slot, shape, on_kernels);
         // On a GPU only the small-batch runner computes the node recurrence (ggml would run a chain):
         // where it cannot take this graph, the paths run instead.
-        if (!runner_->on_cpu() && !slot.piecewise) shape.tree_nodes = false, tree_nodes_refused_ = true;
+        if (!runner_->on_cpu() && !slot.piecewise) {
+            shape.tree_nodes = false, tree_nodes_refused_ = true;
+            g = nullptr;
+        }
     }
     if (parents && m_.hp.hybrid() && !shape.tree_nodes) {   // the recurrent layers run the tree's paths
         tree_paths_ = tree_paths(parents, n);
         shape.tree_paths = tree_paths_.n_paths;
         shape.tree_depth = tree_paths_.depth;
-        g = nullptr;
     }
     if (!g) g = &select_graph(slot, shape, on_kernels && slot.kernels->wants(n));
     set_inputs(*g, toks, n, parents);

@@ -88,10 +88,10 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     if (!device_is_cpu(m.dev) && p.small_batch_kernels && small_batch_kernels_may_take_any(m.ctx, KernelScope::more_past_mmvq)) compute += 2 * small_batch_scratch_bound(matmul_width(hp), p.small_batch_max_tokens);
     if (replay) compute += replay_scratch_bound(hp, p.n_verify_max);
     if (replay && p.tree_verify) compute += tree_scratch_bound(hp, p.n_verify_max);
-    // a tree by nodes on a GPU: the runners' state stacks (the batch slot's and the one-token slot's)
+    // a tree by nodes on a GPU: the runners' state stacks
     if (replay && p.tree_verify && !device_is_cpu(m.dev) && p.small_batch_kernels &&
         p.tree_recurrence != LUCE_TREE_RECURRENCE_PATHS && cuda::tree_recurrence_supports(hp.ssm_state)) {
-        compute += tree_nodes_stack_bound(p.n_verify_max, hp.ssm_state, hp.ssm_heads) + tree_nodes_stack_bound(1, hp.ssm_state, hp.ssm_heads);
+        compute += tree_nodes_stacks_bound(p.n_verify_max, hp.ssm_state, hp.ssm_heads);
     }
     plan.compute = compute;
     plan.outputs = uint64_t(hp.n_vocab) * 4 * nb;

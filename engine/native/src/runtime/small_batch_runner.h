@@ -45,6 +45,11 @@ constexpr int kTreeNodesMax = 64;
 inline size_t tree_nodes_stack_bound(int n, int64_t S, int64_t H) {
     return cuda::tree_recurrence_stack_bytes(tree_nodes_slots_max(n), S, H);
 }
+// ... the stacks of an engine's two runners: the batch slot's (trees of up to n_verify_max nodes)
+// and the one-token slot's (a root alone)
+inline size_t tree_nodes_stacks_bound(int n_verify_max, int64_t S, int64_t H) {
+    return tree_nodes_stack_bound(n_verify_max, S, H) + tree_nodes_stack_bound(1, S, H);
+}
 
 // Which matmuls a runner's kernels take. A target's one-token steps take the core formats only:
 // Q4_K, Q6_K and Q8_0 rows of whole 256-value steps (the 27B's). SmolLM2's Q8_0 output matrix (k =
