@@ -20,7 +20,6 @@
 #include "tree_recurrence.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
 
 namespace luce {
@@ -55,7 +54,7 @@ inline size_t tree_nodes_stacks_bound(int n_verify_max, int64_t S, int64_t H) {
 // Q4_K, Q6_K and Q8_0 rows of whole 256-value steps (the 27B's). SmolLM2's Q8_0 output matrix (k =
 // 576) on our kernels gained nothing at 8 rows (the chain of 7 1.25x plain against 1.24x with the
 // kernels off, H100, bench/RESULTS.md) while its decode left llama.cpp's bits. A target's batches
-// also take Q8_0 rows with a partial last step (and Q4_1: kRunnersTakeQ41) once they are past ggml's
+// also take Q4_1 and Q8_0 rows with a partial last step once they are past ggml's
 // one-kernel range (MMVQ, up to kGgmlMmvqMaxColumns columns): there ggml's MMQ rounds unlike a
 // decode anyway, and its stream-k fix-ups made SmolLM2's 9-row verify 3.4 ms against 1.9 at 8 rows.
 // A draft's runner takes every format at any width: its rounding only changes what is proposed
@@ -69,20 +68,6 @@ inline bool small_batch_core_format(const ggml_tensor * w) {
     return w->type != GGML_TYPE_Q4_1 && w->ne[0] % 256 == 0;
 }
 
-// The Q4_1 kernel has been checked by a lane-by-lane host emulation of its fragments, not yet on a
-// GPU (no lease could be had, 2026-12-06): runners take Q4_1 once tests/test_cuda_small_gemm.py's
-// Q4_1 cases (bench/gpu suite `kernel_test`) have passed on one. Until then SmolLM2's Q4_1 matmuls
-// stay on ggml and only its partial-step Q8_0 output matrix moves past 8 rows. Debug switch (read
-// once, like LUCE_SMALL_BATCH_CHECK): LUCE_SMALL_BATCH_Q41=1 lets them take Q4_1 already, for the
-// GPU run that checks the kernel (bench/gpu suite `q41`). Memory plans count Q4_1 either way.
-constexpr bool kRunnersTakeQ41 = false;
-inline bool runners_take_q41() {
-    static const bool on = [] {
-        const char * v = std::getenv("LUCE_SMALL_BATCH_Q41");
-        return kRunnersTakeQ41 || (v && v[0] == '1' && v[1] == '\0');
-    }();
-    return on;
-}
 
 // Whether the kernels could take a matmul with weight w (its type and row length) at some width: a
 // model or draft without such a weight never replaces a matmul, so its runner allocates no scratch.
@@ -93,7 +78,7 @@ inline bool small_batch_kernels_may_take(const ggml_tensor * w, KernelScope scop
 // ... and at n_cols columns.
 inline bool small_batch_kernels_take(const ggml_tensor * w, KernelScope scope, int64_t n_cols) {
     if (scope == KernelScope::more_past_mmvq && n_cols <= kGgmlMmvqMaxColumns) scope = KernelScope::core_formats;
-    return small_batch_kernels_may_take(w, scope) && (w->type != GGML_TYPE_Q4_1 || runners_take_q41());
+    return small_batch_kernels_may_take(w, scope);
 }
 // The same for any weight of a context of weight tensors (a model's or a draft's headers).
 inline bool small_batch_kernels_may_take_any(ggml_context * weights, KernelScope scope) {
