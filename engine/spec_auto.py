@@ -12,12 +12,13 @@ speculator (the app makes one per Engine), and only for a mode that could win on
 its cost. Each cost is a low quantile of its last runs (COST_WINDOW): the first runs of a shape
 build graphs, and a mode priced too high by a slow run is never run again to correct it. The
 Engine keeps one graph for batches (and one for one-token steps), so the first step of a mode with
-other verify rows rebuilds it (on a GPU also recaptures it): a step's excess over its mode's steady
-cost after another mode is the switch cost (StepCosts.switch), kept apart, and auto changes mode
-only where the gain wins it back within SWITCH_TOKENS tokens.
+other verify rows rebuilds it (on a GPU also recaptures it), and the draft's graphs change with it:
+a whole step's excess over its mode's steady step after another mode is the switch cost
+(StepCosts.switch_cost, a mean: every switch pays it), kept apart, and auto changes mode only where
+the gain wins it back within SWITCH_TOKENS tokens.
 
 Acceptance, counterfactually: a step that computed the draft's per-depth top-k candidates (every
-tree step, every probe, and one chain step in CAND_EVERY while trees look out of reach) keeps the
+tree step, every probe, and one chain step in CAND_EVERY) keeps the
 chain (the rank-0 path) and the tree each budget would have built from them (build_tree, as
 TreeSpeculator does). Once later steps have emitted the target's continuation, each is walked
 along it: exactly what that mode would have accepted at that step. This holds at T = 0, and at
@@ -33,7 +34,9 @@ Plain vs speculation: while plain wins, only a speculative step can tell that th
 predictable. A probe (one step of the best speculative mode, with candidates) comes after `gap`
 plain steps; gap starts at PROBE_GAP0, doubles after each probe that leaves plain ahead (up to
 PROBE_GAP_MAX) and is never less than the probe's predicted loss over PROBE_SHARE of a plain step,
-so probes cost at most PROBE_SHARE of the decode time (a probe's loss counts two switches). While
+so probes cost at most PROBE_SHARE of the decode time (a probe's loss counts its measured excess
+over a steady step of its mode and the switch back; before any probe ran, two switches and the
+catch-up injection's estimate). While
 speculation wins, two steps in PLAIN_CHECK_EVERY are plain, so that plain's steady cost stays
 measured too. Acceptance swings from step to step: the
 cap keeps cheap probes frequent, so that a dip that sent auto to plain does not keep it there
@@ -84,8 +87,7 @@ PROBE_CONTEXT = 256      # a probe feeds the draft at most this many of the posi
 # plain's steady cost measured (a switch costs a graph rebuild: checks are rare)
 PLAIN_CHECK_EVERY = 256
 SWITCH_TOKENS = 64       # another mode must win back the switch's cost within this many tokens
-CAND_EVERY = 8           # a chain step computes candidates one step in this many while trees lose
-TREE_NEAR = 1.1          # ... and every step while the best tree is predicted within 10% of the chain
+CAND_EVERY = 8           # a chain step computes candidates one step in this many (for the trees' counts)
 TRUTH_KEEP = 1024        # the known continuation is pruned when it holds more positions than this
 
 
@@ -117,13 +119,47 @@ class StepCosts:
         self.calibrated: set[tuple[str, int]] = set()   # values that come from a calibration
         # the extra ms of the first step of another mode (a batch of other rows rebuilds the
         # Engine's batch graph, on a GPU recaptures it; with one graph for everything a plain step
-        # between speculative ones cost 3.5 against 1.1 ms on the H100)
+        # between speculative ones cost 3.5 against 1.1 ms on the H100), from the verify alone
         self.switch = 0.0
+        # Whole steps, start to end (the choice, injection, draft, verify, commit, bookkeeping): each
+        # mode's steady step (a low quantile, as above), and the mean excess over it of the steps
+        # that follow another mode (switch_step) or a plain stretch (probe_excess: the switch in,
+        # the catch-up injection, the draft's graphs for it). Every such step pays these, so they
+        # are means, not low quantiles: on the H100 a probe's parts priced it at a few ms while
+        # auto's probes at T = 0.7 took ~10 ms each and made it 0.86x plain (bench/RESULTS.md).
+        self.step_ms: dict[str, float] = {}
+        self.switch_step: float | None = None
+        self.probe_excess: float | None = None
 
     def _update(self, key, ms: float) -> float:
         runs = self._runs.setdefault(key, collections.deque(maxlen=COST_WINDOW))
         runs.append(ms)
         return sorted(runs)[int(COST_QUANTILE * (len(runs) - 1))]   # the fastest of the first four
+
+    def _mean(self, key, ms: float) -> float:
+        runs = self._runs.setdefault(key, collections.deque(maxlen=COST_WINDOW))
+        runs.append(ms)
+        return sum(runs) / len(runs)
+
+    def switch_cost(self) -> float:
+        """The ms a switch of mode costs: whole steps' excess once measured, else the verify's."""
+        return self.switch_step if self.switch_step is not None else self.switch
+
+    def observe_step(self, mode: str, ms: float, *, switched: bool, probe: bool,
+                     expected: float | None = None) -> None:
+        """A whole step's ms. A steady one (its mode ran the step before) updates the mode's steady
+        step; a switch's or a probe's excess over it (before the mode has run steadily, over
+        `expected`, its parts' estimates) is the switch or the probe cost."""
+        if not switched and not probe:
+            self.step_ms[mode] = self._update(("step", mode), ms)
+            return
+        base = self.step_ms.get(mode, expected)
+        if base is None:
+            return
+        if probe:
+            self.probe_excess = self._mean("probe excess", max(0.0, ms - base))
+        else:
+            self.switch_step = self._mean("switch step", max(0.0, ms - base))
 
     def _steady(self, key, old: float | None, ms: float, switched: bool) -> float:
         """A step's measurement: a steady one (the mode ran the step before) updates the estimate; a
@@ -212,6 +248,7 @@ class FixedCosts(StepCosts):
     def observe_draft(self, kind, ms): pass
     def observe_inject(self, rows, ms): pass
     def observe_verify(self, kind, rows, ms, *, calibration=False, switched=False): pass
+    def observe_step(self, mode, ms, *, switched, probe, expected=None): pass
     def draft_settled(self, kind): return True
 
 
@@ -333,17 +370,24 @@ class AdaptiveSpeculator(ChainSpeculator):
         """Commits 1..max_draft+1 tokens in the mode chosen for this step (see ChainSpeculator.step
         for max_emit and stop_ids); returns a StepResult with per-token provenance."""
         eng = self.engine
+        t_start = time.perf_counter()
         self.prepare()
         if eng.n_past != self._expect_at:   # a new reply (or a truncation): the counterfactuals are stale
             self._forget()
             self.reply_tokens.clear()
             self.last_mode = None            # a prefill ran since: the next step is a switch
+        prev, calibrations = self.last_mode, self.n_calibrations
         mode, probe = self.choose()
         self.n_probes += probe
+        expected = self._expected_step(mode)
         if mode == PLAIN:
             r = self._plain_step(sampling)
         else:
             r = self._spec_step(mode, sampling, max_emit, stop_ids, probe)
+        # a reply's first step and a calibration's are neither steady nor a switch between modes
+        if prev is not None and self.n_calibrations == calibrations:
+            self.costs.observe_step(mode, (time.perf_counter() - t_start) * 1e3, switched=prev != mode,
+                                    probe=probe, expected=expected)
         self.last_mode = mode
         self.mode_steps[mode] += 1
         self.reply_tokens[mode] += len(r.tokens)
@@ -375,6 +419,13 @@ class AdaptiveSpeculator(ChainSpeculator):
         verify = self.costs.verify_ms(self._kind(mode), self._rows(mode)) if verify_ms is None else verify_ms
         return _per_token(self._draft_ms(mode), verify, self.costs.inject_call, self.costs.inject_row,
                           self.acceptance.get(mode))
+
+    def _expected_step(self, mode: str) -> float | None:
+        """A step of the mode as its parts' estimates price it (ms; None: not known yet)."""
+        if mode == PLAIN:
+            return self.costs.plain
+        per_token = self.predict(mode)
+        return None if per_token is None else per_token * (1 + self.acceptance[mode])
 
     def predictions(self) -> dict[str, float | None]:
         """predict() of every mode, in self.modes' order (one pass: this runs every step)."""
@@ -428,7 +479,11 @@ class AdaptiveSpeculator(ChainSpeculator):
         self._plain_run = 0
         emitted = 1 + self.acceptance[best_spec]
         catch_up = costs.inject_ms(min(self.engine.n_past - self._injected, PROBE_CONTEXT))
-        loss = max(0.0, (spec[best_spec] - pred[PLAIN]) * emitted) + catch_up + 2 * costs.switch
+        if costs.probe_excess is not None:   # measured: the probe's own excess, then the way back
+            extra = costs.probe_excess + costs.switch_cost()
+        else:
+            extra = catch_up + 2 * costs.switch_cost()
+        loss = max(0.0, (spec[best_spec] - pred[PLAIN]) * emitted) + extra
         self._gap = max(min(2 * self._gap, PROBE_GAP_MAX), math.ceil(loss / (PROBE_SHARE * pred[PLAIN])))
         return best_spec, True
 
@@ -436,13 +491,13 @@ class AdaptiveSpeculator(ChainSpeculator):
         """The speculative mode of the last step while the best one would not win back the switch
         within SWITCH_TOKENS tokens."""
         last = self.last_mode
-        if last in spec and last != best and (spec[last] - spec[best]) * SWITCH_TOKENS < self.costs.switch:
+        if last in spec and last != best and (spec[last] - spec[best]) * SWITCH_TOKENS < self.costs.switch_cost():
             return last
         return best
 
     def _stays_plain(self, spec_ms: float, plain_ms: float) -> bool:
         """Whether plain, the last step's mode, should stay: speculation would not win back the switch."""
-        return self.last_mode == PLAIN and (plain_ms - spec_ms) * SWITCH_TOKENS < self.costs.switch
+        return self.last_mode == PLAIN and (plain_ms - spec_ms) * SWITCH_TOKENS < self.costs.switch_cost()
 
     def _want_candidates(self, mode: str, explore: bool) -> bool:
         if not self.budgets:
@@ -453,13 +508,12 @@ class AdaptiveSpeculator(ChainSpeculator):
             # the proposals alone not timed enough (the first runs build graphs): a chain's cost
             # would be a cold run's, or the candidates' (its upper bound)
             return False
-        if explore:
+        if explore or self._since_candidates >= CAND_EVERY:
             return True
-        pred = self.predictions()
-        chain = pred[CHAIN]
-        trees = [pred[m] for m in self.budgets if pred[m] is not None]
-        near = chain is None or not trees or min(trees) <= TREE_NEAR * chain
-        return near or self._since_candidates >= CAND_EVERY
+        # no tree estimate yet: one step's candidates give every budget's count. Otherwise one chain
+        # step in CAND_EVERY: the candidates cost a chain step more than a close choice can gain
+        # (SmolLM2 on the H100: 0.9 against 0.5 ms of a 2.5 ms step)
+        return all(m not in self.acceptance for m in self.budgets)
 
     def _calibrate(self, rows: int, kind: str = "tree") -> bool:
         """Time a verify of `rows` rows (a tree's, or a chain's: kind) and discard it with commit(0);

@@ -584,3 +584,54 @@ def test_a_mode_stays_unless_the_other_wins_back_the_switch():
     assert spec._stay("chain3", far) == "chain3"
     spec.last_mode = PLAIN
     assert spec._stays_plain(0.98, 1.0) and not spec._stays_plain(0.6, 1.0)
+
+
+def test_whole_steps_price_switches_and_probes_by_their_mean_excess():
+    """A whole step's time (injection, draft graphs, verify, bookkeeping) after another mode, or
+    after a plain stretch (a probe), costs more than a steady step of its mode in every such step:
+    those excesses are means, not low quantiles; the steady step stays a low quantile."""
+    costs = StepCosts()
+    costs.switch = 0.3   # the verify's own view of a switch, until whole steps are measured
+    assert costs.switch_cost() == 0.3
+    for ms in (2.5, 2.4, 9.0, 2.5):   # steady chain steps (one slow outlier)
+        costs.observe_step("chain7", ms, switched=False, probe=False)
+    assert costs.step_ms["chain7"] == 2.4
+    for ms in (5.4, 3.4):             # the first chain step after a tree step: 3 and 1 ms more
+        costs.observe_step("chain7", ms, switched=True, probe=False)
+    assert costs.switch_cost() == pytest.approx(2.0)
+    for ms in (12.4, 8.4):            # probes after plain stretches (catch-up injections)
+        costs.observe_step("chain7", ms, switched=True, probe=True)
+    assert costs.probe_excess == pytest.approx(8.0) and costs.switch_cost() == pytest.approx(2.0)
+    # a mode never run steadily: the excess over its parts' estimate
+    costs.observe_step("tree4", 6.0, switched=True, probe=True, expected=3.0)
+    assert costs.probe_excess == pytest.approx((10.0 + 6.0 + 3.0) / 3)
+    costs.observe_step("chain3", 6.0, switched=True, probe=False)   # nothing to compare with: not counted
+    assert costs.switch_cost() == pytest.approx(2.0)
+
+
+def _plain_ahead(probe_excess):
+    """auto where plain wins (the chain accepts nothing), choosing 2,000 steps; its probes counted."""
+    costs = FixedCosts(plain=1.0, draft={"chain": 0.5, "candidates": 0.9}, verify={(CHAIN, 16): 1.9})
+    costs.probe_excess = probe_excess
+    spec = AdaptiveSpeculator(SimpleNamespace(n_ctx=4096, n_past=100, n_verify_max=16, model=SimpleNamespace(arch="llama")),
+                              SimpleNamespace(draft=None, capture_layers=(), block_size=16), tree_budgets=(),
+                              chain_lengths=(), costs=costs)
+    spec.acceptance[CHAIN] = 0.0
+    spec.mode_steps.update({CHAIN: 3, PLAIN: 3})
+    probes = 0
+    for _ in range(2000):
+        mode, probe = spec.choose()
+        probes += probe
+        spec.last_mode = mode
+    return probes
+
+
+def test_a_probe_measured_dear_comes_rarely():
+    """Probes cost at most PROBE_SHARE of the plain decode time, priced by what probes were measured
+    to cost: on the H100 a probe after a plain stretch took ~10 ms against 1.1 for a plain step, its
+    parts' estimates a few ms, and at T = 0.7 auto ran 0.86x plain."""
+    # a probe loses 2.4 - 1 ms (its step against a plain one), then its excess: 1.4 ms are 140
+    # plain steps' 1%, 11.4 ms 1,140 steps'
+    cheap, dear = _plain_ahead(0.0), _plain_ahead(10.0)
+    assert 2000 // 142 <= cheap <= 2000 // 140 + 1
+    assert 1 <= dear <= 2
