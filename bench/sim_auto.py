@@ -98,13 +98,16 @@ class StandIn:
     tokens[p - c0]; the draft's proposals for a step starting at p are proposals[p - c0]."""
 
     def __init__(self, costs: dict, clock: Clock, rng: np.random.Generator, noise: float,
-                 cold: tuple[float, ...] = (), switch: float = 0.0):
+                 cold: tuple[float, ...] = (), switch: float = 0.0, catch_up: float = 0.0):
         self.costs, self.clock, self.rng, self.noise = costs, clock, rng, noise
         self.cold = cold                      # extra ms of a shape's first calls (graph build, capture)
         # extra ms when the target's batch rows change: the Engine keeps a graph for one-token steps
         # and one for batches, and rebuilds (on a GPU: and recaptures) the batch graph for another
         # number of rows
         self.switch, self._rows_last = switch, None
+        # extra ms of an injection of more rows than a step emits (a probe's catch-up after a plain
+        # stretch) and of the next one: the draft keeps one injection graph (and its context grew)
+        self.catch_up, self._injected_big = catch_up, False
         self._calls: collections.Counter = collections.Counter()
         self.n_ctx, self.n_verify_max, self.tree_verify = 1 << 20, 16, False
         self.model = type("M", (), {"arch": "llama"})()
@@ -177,7 +180,11 @@ class StandIn:
     def reset(self) -> None: pass
 
     def inject_captured(self, engine, start: int, n: int) -> None:
+        big = n > self.block_size
+        extra = self.catch_up if big or self._injected_big else 0.0
+        self._injected_big = big
         self._spend(self.costs["inject_call"] + self.costs["inject_row"] * n)
+        self.clock.spend(extra)
 
     def draft(self, x0: int, pos0: int) -> list[int]:
         self._spend(self.costs["draft"], "draft")
@@ -185,18 +192,18 @@ class StandIn:
 
 
 def run_mode(mode: str, traces: list[dict], costs: dict, eog: frozenset, seed: int, noise: float,
-             cold: tuple[float, ...] = (), switch: float = 0.0) -> list[tuple]:
+             cold: tuple[float, ...] = (), switch: float = 0.0, catch_up: float = 0.0) -> list[tuple]:
     """(category, temperature, tokens, simulated seconds, tokens by mode) per trace, in order."""
     with clock_patched(Clock()) as clock:
-        return _run(mode, traces, costs, eog, seed, noise, clock, cold, switch)
+        return _run(mode, traces, costs, eog, seed, noise, clock, cold, switch, catch_up)
 
 
-def _run(mode, traces, costs, eog, seed, noise, clock, cold=(), switch=0.0) -> list[tuple]:
+def _run(mode, traces, costs, eog, seed, noise, clock, cold=(), switch=0.0, catch_up=0.0) -> list[tuple]:
     import luce_engine.spec_auto as spec_auto
     import luce_engine.speculative as speculative
     from luce_engine.sampling import Sampling
 
-    eng = StandIn(costs, clock, np.random.default_rng(seed), noise, cold, switch)
+    eng = StandIn(costs, clock, np.random.default_rng(seed), noise, cold, switch, catch_up)
     if mode == "auto":
         spec = spec_auto.AdaptiveSpeculator(eng, eng, max_draft=15, tree_budgets=())
     elif mode != "plain":
@@ -233,7 +240,7 @@ def simulate(args) -> None:
     for seed in range(args.seeds):
         for m in modes:
             for cat, temp, n, s, by_mode in run_mode(m, traces, costs, frozenset(data["eog"]), seed, args.noise,
-                                                     cold, args.switch):
+                                                     cold, args.switch, args.catch_up):
                 for key in ((m, temp, cat), (m, temp, "all")):
                     tok[key] += n
                     sec[key] += s
@@ -270,6 +277,9 @@ def main() -> None:
     s.add_argument("--switch", type=float, default=0.0, help="extra ms when the target's batch rows change "
                    "(one batch graph kept; with one graph for everything the H100 ran a plain step after a "
                    "speculative one in 3.5 ms against 1.1)")
+    s.add_argument("--catch-up", type=float, default=0.0, help="extra ms of an injection of more rows than a "
+                   "block (a probe's catch-up after plain steps) and of the injection after it (the draft's "
+                   "graphs rebuilt there and back; the H100's probes cost ~4 ms more than a steady step)")
     s.add_argument("--seeds", type=int, default=5)
     s.add_argument("--noise", type=float, default=0.05, help="sd of the log-normal noise on every cost")
     args = ap.parse_args()
