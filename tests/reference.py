@@ -193,27 +193,30 @@ def batch_choices(model, context: list[int], rows: int = 16, n_ctx: int = 512) -
     return choices
 
 
-def tree_batch_choice(model, context: list[int], tokens: list[int], parents: list[int], node: int,
-                      n_ctx: int = 512) -> int:
-    """The target's greedy choice after `node` of a tree verified in one batch after `context`, by a
-    fresh engine: what a tree speculator's step read there, computed apart from its walk, commits and
-    state (a divergence it reproduces was decided by the tree batch's own rounding)."""
+def tree_replay_choices(model, prompt: list[int], steps, capture_layers=(), n_ctx: int = 512,
+                        n_verify_max: int = 16) -> dict[int, int]:
+    """The target's greedy choice for each position of a tree speculator's output that a step's
+    verify chose, from a fresh engine that repeats the speculator's target work: the same capture
+    on, the prompt's prefill, then each step's verify_tree and commit_path of its accepted path. The
+    cache it reads is the speculator's, row for row, computed apart from its walk: a divergence it
+    reproduces was decided by the tree batches' own rounding. steps are (start, tree, path) per step,
+    the step's tokens got[start:start + len(path)] (its root first); got[j] is chosen at the node
+    whose root path ends at got[j - 1]."""
     from luce_engine import Engine
 
-    eng = Engine(model, n_ctx=n_ctx, n_verify_max=len(tokens))
-    eng.prefill(context)
-    return int(eng.verify_tree(tokens, parents, logits=False)[node])
-
-
-def tree_step_choice(model, prompt: list[int], got: list[int], steps, j: int, n_ctx: int = 512) -> int | None:
-    """tree_batch_choice for got[j] of a tree speculator's output: steps are (start, tree, path) per
-    step, the step's tokens got[start:start + len(path)] (its root first). got[j] was chosen at the
-    node whose root path ends at got[j - 1], in the step that emitted got[j - 1]. None: no such step."""
+    eng = Engine(model, n_ctx=n_ctx, n_verify_max=n_verify_max)
+    if capture_layers:
+        eng.set_capture(list(capture_layers), output=True, ring_size=4096)
+    eng.prefill(prompt)
+    out = {}
     for start, tree, path in steps:
-        if start <= j - 1 < start + len(path):
-            return tree_batch_choice(model, prompt + got[:start], list(tree.tokens), list(tree.parents),
-                                     path[j - 1 - start], n_ctx)
-    return None
+        choices = eng.verify_tree(list(tree.tokens), list(tree.parents), logits=False, keep_pre_logits=False)
+        for k, node in enumerate(path):
+            out[start + k + 1] = int(choices[node])
+        if start + len(path) + 1 + len(tree) > n_ctx:
+            break
+        eng.commit_path(list(path))
+    return out
 
 
 # A greedy divergence on a GPU is accepted where batch_choices reproduces it and plain decoding's
@@ -223,17 +226,18 @@ GPU_FLIP_MARGIN_MAX = 0.1
 # A tree's rows see their ancestors at scattered cache rows, which no chain batch lays out alike: a
 # tree's divergence no chain batch reproduces is accepted at a margin below this (the H100 saw one
 # at 1.9e-3; the chain's, each reproduced, reached 4.0e-2), or where the same tree verified by a
-# fresh engine chooses it (tree_step_choice; the H100 saw one at 3.2e-2 that no chain batch made).
+# replay of the speculator's own batches chooses it (tree_replay_choices; the H100 saw one at 3.2e-2
+# that no chain batch made).
 GPU_TREE_NEAR_TIE = 1e-2
 
 
 def check_greedy_divergence(model, prompt: list[int], got: list[int], plain: list[int], rows: int = 16,
-                            n_ctx: int = 512, tree: bool = False, tree_steps=None) -> tuple[int, float] | None:
+                            n_ctx: int = 512, tree: bool = False, replay=None) -> tuple[int, float] | None:
     """None when got == plain; else (position, plain's top-2 margin there) of the first divergence,
     asserting it is a near-tie that the target's batch computation flips (see batch_choices; for a
-    tree's output, tree=True, a margin below GPU_TREE_NEAR_TIE also does, and with the speculator's
-    tree_steps (see tree_step_choice) the same tree's batch choosing it does). On the CPU a divergence
-    fails unless within 1e-4 (every batch shape rounds alike there)."""
+    tree's output, tree=True, a margin below GPU_TREE_NEAR_TIE also does, and so does replay(j) ==
+    got[j]: the speculator's own batches, repeated apart from it, choosing it (tree_replay_choices)).
+    On the CPU a divergence fails unless within 1e-4 (every batch shape rounds alike there)."""
     j = first_divergence(got, plain)
     if j is None:
         return None
@@ -245,7 +249,7 @@ def check_greedy_divergence(model, prompt: list[int], got: list[int], plain: lis
         assert margin <= GPU_FLIP_MARGIN_MAX, f"diverged at token {j} with a clear margin {margin:.3g}"
         if tree and margin <= GPU_TREE_NEAR_TIE:
             return j, margin
-        if tree and tree_steps is not None and tree_step_choice(model, prompt, got, tree_steps, j, n_ctx) == got[j]:
+        if tree and replay is not None and replay(j) == got[j]:
             return j, margin
         choices = batch_choices(model, prompt + plain[:j], rows, n_ctx)
         assert got[j] in choices, (f"diverged at token {j} (margin {margin:.3g}) to {got[j]}, which no verify batch "

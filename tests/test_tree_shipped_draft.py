@@ -9,7 +9,7 @@ import pytest
 from luce_engine import Engine, default_model_path
 from luce_engine.speculative import ChainSpeculator
 from luce_engine.tree_speculative import TreeSpeculator
-from reference import DEVICE, check_greedy_divergence, tree_step_choice
+from reference import DEVICE, check_greedy_divergence, tree_replay_choices
 from test_shipped_draft import _prompts, draft, model  # noqa: F401  (its model and draft fixtures)
 from tools.dflash_train.prompt_ids import PromptEncoder
 
@@ -17,7 +17,7 @@ N_PROMPTS, N_TOKENS, BUDGET = 12, 64, 16
 
 
 class RecordingTree(TreeSpeculator):
-    """A TreeSpeculator that keeps each step's tree and accepted path (reference.tree_step_choice)."""
+    """A TreeSpeculator that keeps each step's tree and accepted path (reference.tree_replay_choices)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -54,7 +54,8 @@ def test_greedy_tree_equals_plain_on_real_prompts(model, draft):
         for start, tree, path in spec.steps:   # the record lines up with the output it explains
             n = min(len(path), len(got) - start)   # the last step stops at max_tokens
             assert n > 0 and got[start:start + n] == [tree.tokens[x] for x in path][:n]
-        flip = check_greedy_divergence(model, p, got, plain, rows=BUDGET + 1, tree=True, tree_steps=spec.steps)
+        flip = check_greedy_divergence(model, p, got, plain, rows=BUDGET + 1, tree=True,
+                                       replay=lambda j: _replay(model, draft, p, spec.steps).get(j))
         if flip:
             near_ties.append((k, *flip))
     assert DEVICE != "cpu" or len(near_ties) <= 1, near_ties   # on a GPU each one is checked (and reported)
@@ -66,16 +67,21 @@ def test_greedy_tree_equals_plain_on_real_prompts(model, draft):
     assert tree_steps <= chain_steps * 1.02   # a tree of the same pass holds the chain's prefixes mostly
 
 
-def test_a_fresh_tree_batch_reproduces_the_steps_choices(model, draft):
-    """tree_step_choice, the GPU's reference for a tree's divergences, on the CPU: the same tree
-    verified after a prefill of the same context by a fresh engine chooses what the step emitted (at
-    a step's root, from the step before; inside a path, from this step's tree)."""
+def _replay(model, draft, p, steps):
+    return tree_replay_choices(model, p, steps, draft.capture_layers, n_verify_max=BUDGET + 1)
+
+
+def test_a_replay_of_the_steps_reproduces_their_choices(model, draft):
+    """tree_replay_choices, the GPU's reference for a tree's divergences: a fresh engine that repeats
+    the steps' verifies and commits chooses what each step emitted, at every position (inside a
+    path, and the bonus after it)."""
     p = _prompts(PromptEncoder(default_model_path()), 1)[0]
     got, _, spec = generate(model, p, lambda e: RecordingTree(e, draft, budget=BUDGET))
-    positions = sorted({j for start, _, path in spec.steps[1:9] for j in (start, start + len(path) - 1) if 0 < j < len(got)})
-    assert len(positions) >= 8
-    same = [tree_step_choice(model, p, got, spec.steps, j) == got[j] for j in positions]
+    choices = _replay(model, draft, p, spec.steps)
+    positions = [j for j in sorted(choices) if j < len(got)]
+    assert len(positions) >= len(got) - 1
+    same = [choices[j] == got[j] for j in positions]
     if DEVICE == "cpu":
         assert all(same), [j for j, ok in zip(positions, same) if not ok]
-    else:   # the fresh engine's cache comes from one prefill, the step's from verifies: near-ties may flip
-        print(f"fresh tree batches reproduced {sum(same)} of {len(same)} choices")
+    else:   # the same batches in the same order: equal unless a kernel's sums depend on more than its inputs
+        print(f"replayed tree batches reproduced {sum(same)} of {len(same)} choices")
