@@ -13,9 +13,9 @@ its cost. Each cost is a low quantile of its last runs (COST_WINDOW): the first 
 build graphs, and a mode priced too high by a slow run is never run again to correct it. The
 Engine keeps one graph for batches (and one for one-token steps), so the first step of a mode with
 other verify rows rebuilds it (on a GPU also recaptures it), and the draft's graphs change with it:
-a whole step's excess over its mode's steady step after another mode is the switch cost
-(StepCosts.switch_cost, a mean: every switch pays it), kept apart, and auto changes mode only where
-the gain wins it back within SWITCH_TOKENS tokens.
+a whole step's excess over its mode's steady step after another mode (with the next step's: a GPU
+captures the new graph there) is the switch cost (StepCosts.switch_cost, a mean: every switch pays
+it), kept apart, and auto changes mode only where the gain wins it back within SWITCH_TOKENS tokens.
 
 Acceptance, counterfactually: a step that computed the draft's per-depth top-k candidates (every
 tree step, every probe, and one chain step in CAND_EVERY) keeps the
@@ -130,6 +130,7 @@ class StepCosts:
         self.step_ms: dict[str, float] = {}
         self.switch_step: float | None = None
         self.probe_excess: float | None = None
+        self._after_switch: tuple | None = None   # (mode, key, first step's excess, steady step)
 
     def _update(self, key, ms: float) -> float:
         runs = self._runs.setdefault(key, collections.deque(maxlen=COST_WINDOW))
@@ -149,17 +150,28 @@ class StepCosts:
                      expected: float | None = None) -> None:
         """A whole step's ms. A steady one (its mode ran the step before) updates the mode's steady
         step; a switch's or a probe's excess over it (before the mode has run steadily, over
-        `expected`, its parts' estimates) is the switch or the probe cost."""
+        `expected`, its parts' estimates) is the switch or the probe cost, with the excess of the
+        next step if it is of the same mode: ggml-cuda runs a changed graph directly once, then
+        captures it, so a GPU's switch costs two steps."""
+        pending, self._after_switch = self._after_switch, None
+        if pending is not None:   # the step after a switch or a probe: (mode, key, its excess, steady)
+            p_mode, key, excess, base = pending
+            if p_mode == mode and not switched and not probe:
+                self._record_excess(key, excess + max(0.0, ms - base))
+                return
+            self._record_excess(key, excess)
         if not switched and not probe:
             self.step_ms[mode] = self._update(("step", mode), ms)
             return
         base = self.step_ms.get(mode, expected)
-        if base is None:
-            return
-        if probe:
-            self.probe_excess = self._mean("probe excess", max(0.0, ms - base))
+        if base is not None:
+            self._after_switch = (mode, "probe excess" if probe else "switch step", max(0.0, ms - base), base)
+
+    def _record_excess(self, key: str, ms: float) -> None:
+        if key == "probe excess":
+            self.probe_excess = self._mean(key, ms)
         else:
-            self.switch_step = self._mean("switch step", max(0.0, ms - base))
+            self.switch_step = self._mean(key, ms)
 
     def _steady(self, key, old: float | None, ms: float, switched: bool) -> float:
         """A step's measurement: a steady one (the mode ran the step before) updates the estimate; a
