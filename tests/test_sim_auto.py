@@ -53,3 +53,18 @@ def test_auto_speculates_where_drafts_pay_and_not_where_they_do_not():
     assert sum(r[4]["plain"] for r in good) < 0.1 * sum(r[2] for r in good)
     bad = sim_auto.run_mode("auto", [trace(200, 0, seed=s) for s in range(3)], COSTS, EOG, 0, 0.0)
     assert sum(r[4]["plain"] for r in bad) > 0.9 * sum(r[2] for r in bad)
+
+
+def test_a_catch_up_injection_and_the_one_after_it_pay_the_rebuild():
+    """--catch-up: an injection of more rows than a block (a probe's, after plain steps) and the next
+    one (back to a block's rows) each pay the draft's graph rebuild; steady injections do not."""
+    from bench.sim_clock import Clock
+
+    clock = Clock()
+    eng = sim_auto.StandIn(COSTS, clock, np.random.default_rng(0), 0.0, catch_up=5.0)
+    spent = []
+    for rows in (3, 3, 100, 3, 3):
+        t0 = clock.t
+        eng.inject_captured(eng, 0, rows)
+        spent.append(round((clock.t - t0) * 1e3, 6))
+    assert spent == [0.1, 0.1, 5.1, 5.1, 0.1]
