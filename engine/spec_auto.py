@@ -126,20 +126,23 @@ class StepCosts:
         # that follow another mode (switch_step) or a plain stretch (probe_excess: the switch in,
         # the catch-up injection, the draft's graphs for it). Every such step pays these, so they
         # are means, not low quantiles: on the H100 a probe's parts priced it at a few ms while
-        # auto's probes at T = 0.7 took ~10 ms each and made it 0.86x plain (bench/RESULTS.md).
+        # auto's probes at T = 0.7 took ~6 ms each against a 1.5 ms plain step (bench/RESULTS.md).
         self.step_ms: dict[str, float] = {}
         self.switch_step: float | None = None
         self.probe_excess: float | None = None
         self._after_switch: tuple | None = None   # (mode, key, first step's excess, steady step)
 
-    def _update(self, key, ms: float) -> float:
+    def _window(self, key, ms: float) -> collections.deque:
         runs = self._runs.setdefault(key, collections.deque(maxlen=COST_WINDOW))
         runs.append(ms)
+        return runs
+
+    def _update(self, key, ms: float) -> float:
+        runs = self._window(key, ms)
         return sorted(runs)[int(COST_QUANTILE * (len(runs) - 1))]   # the fastest of the first four
 
     def _mean(self, key, ms: float) -> float:
-        runs = self._runs.setdefault(key, collections.deque(maxlen=COST_WINDOW))
-        runs.append(ms)
+        runs = self._window(key, ms)
         return sum(runs) / len(runs)
 
     def switch_cost(self) -> float:
@@ -391,7 +394,8 @@ class AdaptiveSpeculator(ChainSpeculator):
         prev, calibrations = self.last_mode, self.n_calibrations
         mode, probe = self.choose()
         self.n_probes += probe
-        expected = self._expected_step(mode)
+        # the parts' price of the step, where the mode has no steady step measured to compare with
+        expected = None if mode in self.costs.step_ms else self._expected_step(mode)
         if mode == PLAIN:
             r = self._plain_step(sampling)
         else:

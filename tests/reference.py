@@ -6,7 +6,6 @@ every layer to the same GPU so both sides run the same ggml kernels.
 from __future__ import annotations
 
 import contextlib
-
 import os
 import numpy as np
 
@@ -213,8 +212,6 @@ def tree_replay_choices(model, prompt: list[int], steps, capture_layers=(), n_ct
         choices = eng.verify_tree(list(tree.tokens), list(tree.parents), logits=False, keep_pre_logits=False)
         for k, node in enumerate(path):
             out[start + k + 1] = int(choices[node])
-        if start + len(path) + 1 + len(tree) > n_ctx:
-            break
         eng.commit_path(list(path))
     return out
 
