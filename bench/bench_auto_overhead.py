@@ -50,6 +50,7 @@ K_RECORD = 32
 # recorded (CPU) acceptance, as it won 95% of the H200's.
 SIM_MS = {"plain": 1.4, "draft": 0.6, "top_k": 0.2}
 DEAR_PLAIN_MS, DEAR_BIG_VERIFY_MS = 4.0, 3.0   # "auto*": tree 4 wins nearly every step
+DEAR_VERIFY_MS = 20.0   # "auto-": every verify of more than one row costs this more: plain wins
 
 
 def sim_verify_ms(rows: int) -> float:
@@ -133,10 +134,11 @@ class FakeEngine:
     model = FakeModel()
     tree_verify = False
 
-    def __init__(self, tokens, prompt_len: int, end: int, clock: Clock, n_verify_max: int, dear: bool):
+    def __init__(self, tokens, prompt_len: int, end: int, clock: Clock, n_verify_max: int, dear: str = ""):
         self.truth, self.P, self.end, self.clock = tokens, prompt_len, end, clock
-        self.plain_ms = DEAR_PLAIN_MS if dear else SIM_MS["plain"]
-        self.big_verify_ms = DEAR_BIG_VERIFY_MS if dear else 0.0
+        self.plain_ms = DEAR_PLAIN_MS if dear == "plain" else SIM_MS["plain"]
+        self.big_verify_ms = DEAR_BIG_VERIFY_MS if dear == "plain" else 0.0
+        self.spec_verify_ms = DEAR_VERIFY_MS if dear == "spec" else 0.0
         self.n_ctx, self.n_verify_max = end + 64, n_verify_max
         self.n_past, self._base, self._depths = prompt_len, prompt_len, [0]
 
@@ -163,7 +165,7 @@ class FakeEngine:
         self.clock.spend(self.verify_ms(len(tokens)))
 
     def verify_ms(self, rows: int) -> float:
-        return sim_verify_ms(rows) + (self.big_verify_ms if rows > 5 else 0.0)
+        return sim_verify_ms(rows) + (self.big_verify_ms if rows > 5 else 0.0) + (self.spec_verify_ms if rows > 1 else 0.0)
 
     def commit(self, k: int) -> None:
         self.n_past += k
@@ -215,10 +217,21 @@ def load(path: Path):
             for i in range(int(d["n"]))]
 
 
+class PlainDecoder:
+    """Engine.step alone, the loop a reply without speculation runs: the baseline of "auto-"."""
+
+    def __init__(self, eng, drafter):
+        self.engine, self.drafter = eng, drafter
+
+    def step(self, sampling, **kw):
+        return self.engine.step(sampling)
+
+
 def make_runs(data, mode: str, budgets, clock: Clock):
-    """Per prompt a fake engine and a speculator of `mode` ("chain", "treeB", "auto" or "auto*": auto
-    where plain steps and verifies of more than 5 rows cost more, so that it takes tree 4 nearly
-    every step), kept across passes."""
+    """Per prompt a fake engine and a speculator of `mode` ("plain", "chain", "treeB", "auto";
+    "auto*": auto where plain steps and verifies of more than 5 rows cost more, so that it takes
+    tree 4 nearly every step; "auto-": auto where every verify costs more, so that it decodes
+    plainly but for its probes), kept across passes."""
     from luce_engine.spec_auto import AdaptiveSpeculator
     from luce_engine.speculative import ChainSpeculator
     from luce_engine.tree_speculative import TreeSpeculator
@@ -226,9 +239,12 @@ def make_runs(data, mode: str, budgets, clock: Clock):
     runs = []
     for tokens, P, ct, cl in data:
         end = P + ct.shape[0]
-        eng = FakeEngine(tokens, P, end, clock, n_verify_max=max(budgets) + 1, dear=mode == "auto*")
+        dear = {"auto*": "plain", "auto-": "spec"}.get(mode, "")
+        eng = FakeEngine(tokens, P, end, clock, n_verify_max=max(budgets) + 1, dear=dear)
         drafter = FakeDrafter(ct, cl, P, clock)
-        if mode == "chain":
+        if mode == "plain":
+            spec = PlainDecoder(eng, drafter)
+        elif mode == "chain":
             spec = ChainSpeculator(eng, drafter)
         elif mode.startswith("tree"):
             spec = TreeSpeculator(eng, drafter, budget=int(mode[4:]))
@@ -369,26 +385,26 @@ def main() -> int:
     if args.record or not args.data.exists():
         record(args)
     first = args.budgets.split(",")[0]
-    modes = ["chain", f"tree{first}", "auto", "auto*"]
+    modes = ["plain", "chain", f"tree{first}", "auto", "auto*", "auto-"]
     res = replay(args, modes)
     print(f"\nPython per step on a fake engine ({args.data.name}; budgets {args.budgets}; "
           f"median of {args.repeats} passes)")
     print(f"  {'mode':<8} {'steps/pass':>10} {'µs/step':>9} {'Ir/step':>10}  digest")
     tree = f"tree{first}"
-    base = res[tree][0]
     for mode in modes:
         us, steps, dig, _, _ = res[mode]
         ir = f"{per_step_ir(args, mode):10.0f}" if args.callgrind else f"{'-':>10}"
         print(f"  {mode:<8} {steps:>10} {us:9.1f} {ir}  {dig}")
-    for auto in ("auto", "auto*"):
+    for auto in ("auto", "auto*", "auto-"):
         by_mode = res[auto][3]
         total = sum(n for n, _ in by_mode.values())
         shares = sorted(by_mode.items(), key=lambda kv: -kv[1][0])
         parts = [f"{m} {n / total:.0%} ({s * 1e6 / n:.1f} µs)" for m, (n, s) in shares]
         print(f"  {auto}'s steps by mode: " + ", ".join(parts))
-        n, s = by_mode.get(tree, (1, 0.0))
-        print(f"    {auto} - {tree}: {res[auto][0] - base:+.1f} µs/step; {auto}'s {tree} steps - {tree}'s: "
-              f"{s * 1e6 / n - base:+.1f} µs; top-k sizes asked: {res[auto][4]}")
+        ref = "plain" if auto == "auto-" else tree   # the fixed mode it mostly takes
+        n, s = by_mode.get(ref, (1, 0.0))
+        print(f"    {auto} - {ref}: {res[auto][0] - res[ref][0]:+.1f} µs/step; {auto}'s {ref} steps - {ref}'s: "
+              f"{s * 1e6 / n - res[ref][0]:+.1f} µs; top-k sizes asked: {res[auto][4]}")
     bt = build_tree_us(args)
     line = ", ".join(f"budget {b}: {us:.1f} µs" for b, us in bt.items())
     print(f"build_tree per call on the recorded candidates: {line}")

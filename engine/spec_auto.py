@@ -87,6 +87,10 @@ PROBE_CONTEXT = 256      # a probe feeds the draft at most this many of the posi
 # plain's steady cost measured (a switch costs a graph rebuild: checks are rare)
 PLAIN_CHECK_EVERY = 256
 SWITCH_TOKENS = 64       # another mode must win back the switch's cost within this many tokens
+# In a plain stretch with nothing new to weigh (no acceptance count pending, plain no dearer), a
+# step decodes without weighing the modes again, up to this many steps in a row: the weighing costs
+# ~20 µs of Python, 1-2% of a GPU's plain step
+PLAIN_REWEIGH = 8
 CAND_EVERY = 8           # a chain step computes candidates one step in this many (for the trees' counts)
 TRUTH_KEEP = 1024        # the known continuation is pruned when it holds more positions than this
 
@@ -243,10 +247,18 @@ class StepCosts:
         """A verify of more rows costs no less than one of fewer (of either kind), nor than a plain step.
         Only settled costs bound (calibrated, or COLD_RUNS runs): a shape run once or twice may still
         carry its graph build, and an inflated bound would keep every wider mode from being tried."""
-        known = [ms for key, ms in self.verify.items() if key[1] <= rows and self.verify_settled(*key)]
-        if self.plain is not None:
-            known.append(self.plain)
-        return max(known) if known else None
+        return self.verify_lower_bounds([rows])[0]
+
+    def verify_lower_bounds(self, rows: list[int]) -> list[float | None]:
+        """verify_lower_bound of each of `rows`, the settled costs gathered once."""
+        settled = [(key[1], ms) for key, ms in self.verify.items() if self.verify_settled(*key)]
+        out = []
+        for r in rows:
+            known = [ms for n, ms in settled if n <= r]
+            if self.plain is not None:
+                known.append(self.plain)
+            out.append(max(known) if known else None)
+        return out
 
 
 class FixedCosts(StepCosts):
@@ -353,6 +365,8 @@ class AdaptiveSpeculator(ChainSpeculator):
         self.last_mode: str | None = None
         self.last_tree: Tree | None = None
         self._gap, self._plain_run, self._spec_run, self._checks_left = PROBE_GAP0, 0, 0, 0
+        self._plain_weighed: float | None = None   # plain's cost when the weighing last chose plain
+        self._unweighed = 0                          # plain steps since then that skipped it
         self._since_candidates = CAND_EVERY
         self._records: list[_Record] = []
         self._truth: dict[int, int] = {}           # context position -> the target's token there
@@ -456,6 +470,11 @@ class AdaptiveSpeculator(ChainSpeculator):
         """This step's mode and whether it is a probe (a speculative step while plain is ahead)."""
         if self.max_draft == 0:
             return PLAIN, False
+        if self._plain_unchanged():   # set only by a weighing, after start-up and checks
+            self._unweighed += 1
+            self._plain_run += 1
+            return PLAIN, False
+        self._plain_weighed, self._unweighed = None, 0
         costs, warm = self.costs, self.costs.warmup_runs
         # Start-up, once per speculator: the first chain and plain steps measure their costs.
         if self._draft_ms(CHAIN) is None or costs.verify_ms(CHAIN, self._rows(CHAIN)) is None \
@@ -469,12 +488,14 @@ class AdaptiveSpeculator(ChainSpeculator):
         pred = self.predictions()
         known = [v for v in pred.values() if v is not None]
         best_known = min(known)
-        for m in (*self.chains, *self.budgets):   # calibrate a verify only when a lower bound says it could win
-            if not costs.verify_settled(self._kind(m), self._rows(m)) and m in self.acceptance \
-                    and self._draft_ms(m) is not None:
-                lb = self.predict(m, costs.verify_lower_bound(self._rows(m)))
-                if lb is not None and lb < best_known and self._calibrate(self._rows(m), self._kind(m)):
-                    pred[m] = self.predict(m)
+        # calibrate a verify only when a lower bound says it could win
+        unsettled = [(m, kind, rows) for m, _, kind, rows in self._mode_keys
+                     if m != CHAIN and m in self.acceptance and not costs.verify_settled(kind, rows)]
+        bounds = costs.verify_lower_bounds([rows for _, _, rows in unsettled]) if unsettled else ()
+        for (m, kind, rows), bound in zip(unsettled, bounds):
+            lb = self.predict(m, bound) if self._draft_ms(m) is not None else None
+            if lb is not None and lb < best_known and self._calibrate(rows, kind):
+                pred[m] = self.predict(m)
         spec = {m: v for m, v in pred.items() if m != PLAIN and v is not None}
         if not spec:   # no acceptance known yet (its records resolve a step later)
             return CHAIN, False
@@ -490,6 +511,7 @@ class AdaptiveSpeculator(ChainSpeculator):
         self._spec_run = 0
         self._plain_run += 1
         if self._plain_run < self._gap:
+            self._plain_weighed = pred[PLAIN]
             return PLAIN, False
         # a probe: its loss against plain, bounded to PROBE_SHARE of the plain time between probes
         self._plain_run = 0
@@ -502,6 +524,16 @@ class AdaptiveSpeculator(ChainSpeculator):
         loss = max(0.0, (spec[best_spec] - pred[PLAIN]) * emitted) + extra
         self._gap = max(min(2 * self._gap, PROBE_GAP_MAX), math.ceil(loss / (PROBE_SHARE * pred[PLAIN])))
         return best_spec, True
+
+    def _plain_unchanged(self) -> bool:
+        """Whether this step may stay plain without weighing the modes: the last step was plain by
+        the weighing's choice, no acceptance count is pending (records resolve within a block of
+        the last speculative step), plain is no dearer than it was then, no probe is due, and fewer
+        than PLAIN_REWEIGH steps skipped it (a cheaper plain can only keep plain ahead; the other
+        costs move only when their modes run)."""
+        return (self._plain_weighed is not None and self.last_mode == PLAIN and not self._records
+                and self._unweighed < PLAIN_REWEIGH and self._plain_run + 1 < self._gap
+                and self.costs.plain is not None and self.costs.plain <= self._plain_weighed)
 
     def _stay(self, best: str, spec: dict[str, float]) -> str:
         """The speculative mode of the last step while the best one would not win back the switch

@@ -15,7 +15,8 @@ import pytest
 
 from luce_engine import Engine, Model, Sampling
 from luce_engine.ddtree import build_tree, chain_tree, top_candidates
-from luce_engine.spec_auto import (ACC_ALPHA, ACC_HALF_LIFE, CHAIN, PLAIN, PROBE_GAP_MAX, AdaptiveSpeculator, FixedCosts, StepCosts,
+from luce_engine import spec_auto
+from luce_engine.spec_auto import (PLAIN_REWEIGH, ACC_ALPHA, ACC_HALF_LIFE, CHAIN, PLAIN, PROBE_GAP_MAX, AdaptiveSpeculator, FixedCosts, StepCosts,
                                    _depth_within, _Record)
 from luce_engine.tree_speculative import draft_candidates
 from reference import DEVICE, EXACT_TREE_NODES, THREADS, TINY_HEAD_DIM, TINY_WEIGHTS
@@ -209,6 +210,38 @@ def test_zero_acceptance_settles_on_plain_with_rare_probes(dense):
     got, spec, _ = run(dense, p, 200, drafter=Oracle(truth, 0, missing_from=1), costs=DEAR)
     same_as_plain(dense, p, got, plain)
     assert spec.n_probes <= 1
+
+
+class CountedWeighing(AdaptiveSpeculator):
+    """auto counting its weighings of the modes (predictions() runs once a weighing)."""
+
+    n_weighed = 0
+
+    def predictions(self):
+        self.n_weighed += 1
+        return super().predictions()
+
+
+def test_a_plain_stretch_weighs_the_modes_only_when_something_changed(dense):
+    """With plain ahead and nothing new (no acceptance count pending, plain's cost steady), a plain
+    step skips the weighing (~20 µs of Python, 1-2% of a GPU's plain step) but for one step in
+    PLAIN_REWEIGH, and makes the choices the weighing would have: the same modes and probes."""
+    p = prompt(24, 5)
+    plain, truth = plain_truth(dense, p, 200)
+    runs = {}
+    for reweigh in (PLAIN_REWEIGH, 0):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(spec_auto, "PLAIN_REWEIGH", reweigh)
+            steps = []
+            got, spec, _ = run(dense, p, 200, drafter=Oracle(truth, 0, missing_from=1), costs=CHEAP,
+                               cls=CountedWeighing, on_step=lambda s, r, c: steps.append((s.last_mode, r.tokens)))
+        same_as_plain(dense, p, got, plain)
+        runs[reweigh] = (steps, spec.n_probes, spec.n_weighed, spec.mode_steps[PLAIN])
+    (fast, probes, weighed, n_plain), (slow, slow_probes, slow_weighed, _) = runs[PLAIN_REWEIGH], runs[0]
+    assert fast == slow and probes == slow_probes
+    assert slow_weighed >= n_plain - 10
+    # a weighing every PLAIN_REWEIGH + 1 plain steps, and around each probe while its counts resolve
+    assert weighed <= n_plain / (PLAIN_REWEIGH + 1) + probes * (B + 2) + 10
 
 
 def test_a_change_of_content_switches_modes_mid_reply(dense):
