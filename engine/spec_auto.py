@@ -18,7 +18,8 @@ captures the new graph there) is the switch cost (StepCosts.switch_cost, a mean:
 it), kept apart, and auto changes mode only where the gain wins it back within SWITCH_TOKENS tokens.
 
 Acceptance, counterfactually: a step that computed the draft's per-depth top-k candidates (every
-tree step, every probe, and one chain step in CAND_EVERY) keeps the
+tree step, every probe, and one chain step in CAND_EVERY, or CAND_EVERY_FAR while the trees are far
+behind) keeps the
 chain (the rank-0 path) and the tree each budget would have built from them (build_tree, as
 TreeSpeculator does). Once later steps have emitted the target's continuation, each is walked
 along it: exactly what that mode would have accepted at that step. This holds at T = 0, and at
@@ -92,6 +93,10 @@ SWITCH_TOKENS = 64       # another mode must win back the switch's cost within t
 # ~20 µs of Python, 1-2% of a GPU's plain step
 PLAIN_REWEIGH = 8
 CAND_EVERY = 8           # a chain step computes candidates one step in this many (for the trees' counts)
+# ... and one in CAND_EVERY_FAR while every tree is predicted TREE_FAR times the best chain's ms per
+# token or more: the candidates cost ~0.4 ms on a 2.4 ms GPU step (SmolLM2, H100), for counts that
+# would have to move far to matter
+CAND_EVERY_FAR, TREE_FAR = 32, 1.15
 TRUTH_KEEP = 1024        # the known continuation is pruned when it holds more positions than this
 
 
@@ -368,6 +373,7 @@ class AdaptiveSpeculator(ChainSpeculator):
         self._plain_weighed: float | None = None   # plain's cost when the weighing last chose plain
         self._unweighed = 0                          # plain steps since then that skipped it
         self._since_candidates = CAND_EVERY
+        self._trees_far = False   # at the last weighing, every tree TREE_FAR behind the best chain
         self._records: list[_Record] = []
         self._truth: dict[int, int] = {}           # context position -> the target's token there
         self._expect_at = -1                        # n_past after the last step
@@ -499,6 +505,9 @@ class AdaptiveSpeculator(ChainSpeculator):
         spec = {m: v for m, v in pred.items() if m != PLAIN and v is not None}
         if not spec:   # no acceptance known yet (its records resolve a step later)
             return CHAIN, False
+        chains = [v for m, v in spec.items() if self._is_chain(m)]
+        trees = [v for m, v in spec.items() if m in self.budgets]
+        self._trees_far = bool(chains and trees) and len(trees) == len(self.budgets) and min(trees) >= TREE_FAR * min(chains)
         best_spec = min(spec, key=spec.get)
         best_spec = self._stay(best_spec, spec)
         if spec[best_spec] < pred[PLAIN] and not self._stays_plain(spec[best_spec], pred[PLAIN]):
@@ -556,7 +565,7 @@ class AdaptiveSpeculator(ChainSpeculator):
             # the proposals alone not timed enough (the first runs build graphs): a chain's cost
             # would be a cold run's, or the candidates' (its upper bound)
             return False
-        if explore or self._since_candidates >= CAND_EVERY:
+        if explore or self._since_candidates >= (CAND_EVERY_FAR if self._trees_far else CAND_EVERY):
             return True
         # no tree estimate yet: one step's candidates give every budget's count. Otherwise one chain
         # step in CAND_EVERY: the candidates cost a chain step more than a close choice can gain

@@ -16,7 +16,7 @@ import pytest
 from luce_engine import Engine, Model, Sampling
 from luce_engine.ddtree import build_tree, chain_tree, top_candidates
 from luce_engine import spec_auto
-from luce_engine.spec_auto import (PLAIN_REWEIGH, ACC_ALPHA, ACC_HALF_LIFE, CHAIN, PLAIN, PROBE_GAP_MAX, AdaptiveSpeculator, FixedCosts, StepCosts,
+from luce_engine.spec_auto import (CAND_EVERY, CAND_EVERY_FAR, PLAIN_REWEIGH, ACC_ALPHA, ACC_HALF_LIFE, CHAIN, PLAIN, PROBE_GAP_MAX, AdaptiveSpeculator, FixedCosts, StepCosts,
                                    _depth_within, _Record)
 from luce_engine.tree_speculative import draft_candidates
 from reference import DEVICE, EXACT_TREE_NODES, THREADS, TINY_HEAD_DIM, TINY_WEIGHTS
@@ -194,6 +194,46 @@ def test_a_short_chain_wins_where_its_verify_is_cheaper(dense):
     assert set(modes[-10:]) == {"chain3"}, modes
     assert spec.acceptance["chain3"] == spec.acceptance[CHAIN] == 2
     assert "chain of 3" in spec.describe()
+
+
+class CandidateCounter(Oracle):
+    """The oracle counting the steps that asked for candidates (draft() asks too: not counted)."""
+
+    n_candidates = 0
+    _in_draft = False
+
+    def draft(self, x0, pos0):
+        self._in_draft = True
+        try:
+            return super().draft(x0, pos0)
+        finally:
+            self._in_draft = False
+
+    def draft_candidates(self, x0, pos0, k):
+        self.n_candidates += not self._in_draft
+        return super().draft_candidates(x0, pos0, k)
+
+
+@pytest.mark.parametrize("tree_verify_ms, every", [(40.0, CAND_EVERY_FAR), (3.5, CAND_EVERY)])
+def test_chain_steps_take_candidates_rarely_while_the_trees_are_far_behind(dense, tree_verify_ms, every):
+    """A chain step computes the draft's candidates (the trees' counterfactual counts) one step in
+    CAND_EVERY, and one in CAND_EVERY_FAR while every tree is predicted TREE_FAR times the chain's
+    ms per token or more."""
+    p = prompt(24, 12)
+    n = 300
+    plain, truth = plain_truth(dense, p, n)
+    costs = FixedCosts(plain=10.0, draft={"chain": 2.0, "candidates": 3.0},
+                       verify={(CHAIN, B): 12.0, (CHAIN, 4): 4.0, **{("tree", b + 1): tree_verify_ms for b in BUDGETS}})
+    modes = []
+    drafter = CandidateCounter(truth, 0, missing_from=3)
+    got, spec, _ = run(dense, p, n, drafter=drafter, costs=costs, on_step=lambda s, r, c: modes.append(s.last_mode))
+    if not same_as_plain(dense, p, got, plain):
+        return
+    chain_steps = sum(spec._is_chain(m) for m in modes)
+    assert set(modes[-10:]) == {"chain3"} and chain_steps > 80
+    assert spec._trees_far == (every == CAND_EVERY_FAR)
+    # the start-up's steps take candidates until every tree has a count
+    assert chain_steps / every - 2 <= drafter.n_candidates <= chain_steps / every + 6
 
 
 def test_zero_acceptance_settles_on_plain_with_rare_probes(dense):
