@@ -306,6 +306,34 @@ def test_inject_captured_equals_host_features(tmp_path, targets, ring):
     assert np.array_equal(host.logits(), device.logits())
 
 
+def test_a_new_capture_is_read_after_the_old_one_is_freed(tmp_path, targets):
+    """set_capture frees the rings and allocates new ones, maybe at the same addresses with the data
+    elsewhere: the draft's injection graph kept from before must not read the old rings (on a GPU a
+    replayed CUDA graph would: freed memory). It is rebuilt, and reads the new prompt's features."""
+    from luce_engine import Engine
+
+    tpath, tm, _ = targets["qwen35"]
+    path, _ = _make(tmp_path, tpath)
+    eng = Engine(tm, n_ctx=128)
+    host, device = DraftModel(path, tm), DraftModel(path, tm)
+    rng = np.random.default_rng(5)
+    for turn in range(3):
+        eng.truncate(0)
+        eng.set_capture(list(host.capture_layers), output=True, ring_size=64)   # as each reply's attach()
+        prompt = [int(t) for t in rng.integers(0, tm.n_vocab, 6)]
+        eng.prefill(prompt)
+        builds = device.stats()["n_graph_builds"]
+        host.reset()
+        device.reset()
+        host.inject(np.stack([eng.captured(p).reshape(-1) for p in range(6)]), 0)
+        device.inject_captured(eng, 0, 6)   # within one block: the step-sized graph every turn
+        if turn:
+            assert device.stats()["n_graph_builds"] > builds, "the graph on the freed rings was kept"
+        host.draft(7, 6)
+        device.draft(7, 6)
+        assert np.array_equal(host.logits(), device.logits()), f"turn {turn}"
+
+
 def test_inject_captured_refuses_what_it_cannot_read(tmp_path, targets):
     from luce_engine import Engine
 

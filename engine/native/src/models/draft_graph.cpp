@@ -282,8 +282,9 @@ DraftContext::Graph & DraftContext::draft_graph(int n_kv_ctx) {
     return *draft_.graph;
 }
 
-DraftContext::Graph & DraftContext::inject_ring_graph(int n, const std::vector<ggml_tensor *> & rings) {
-    const std::pair<int, const void *> key{n, rings.front()};
+DraftContext::Graph & DraftContext::inject_ring_graph(int n, const std::vector<ggml_tensor *> & rings,
+                                                      uint64_t generation) {
+    const std::pair<int, uint64_t> key{n, generation};
     const auto describe = [&] { return "a draft injection of " + std::to_string(n) + " rows"; };
     const bool built = runner_.use(
         inject_ring_, key, kInjectRing, describe,
@@ -364,7 +365,7 @@ void DraftContext::inject_captured(const Engine & eng, int32_t start, int32_t n)
     const int32_t ring = eng.capture_ring_size();
     for (int32_t done = 0; done < n;) {
         const int32_t nc = std::min(chunk_, n - done), rows = inject_rows(nc);
-        Graph & g = inject_ring_graph(rows, rings);
+        Graph & g = inject_ring_graph(rows, rings, eng.capture_generation());
         std::vector<int32_t> ring_rows(size_t(rows), 0);
         for (int32_t i = 0; i < nc; ++i) ring_rows[size_t(i)] = (start + done + i) % ring;
         ggml_backend_tensor_set(g.ring_rows, ring_rows.data(), 0, ring_rows.size() * sizeof(int32_t));

@@ -149,7 +149,7 @@ private:
     void build_inject(Graph & g, int n, const std::vector<ggml_tensor *> * rings = nullptr) const;
     void build_draft(Graph & g, int n_kv_ctx) const;
     Graph & inject_graph(int n);
-    Graph & inject_ring_graph(int n, const std::vector<ggml_tensor *> & rings);
+    Graph & inject_ring_graph(int n, const std::vector<ggml_tensor *> & rings, uint64_t generation);
     // Positions, block/ring rows, compute, slot bookkeeping of one injected chunk (features set).
     void finish_inject(Graph & g, Kind kind, int32_t start, int32_t nc, int32_t rows);
     int32_t inject_rows(int32_t nc) const;
@@ -178,7 +178,8 @@ private:
     ggml_tensor * ramp_ = nullptr;        // [n_vocab] = n_vocab - i (tie-breaking of the argmax)
     GraphRunner::Cached<Graph, int> inject_;          // key: rows
     GraphRunner::Cached<Graph, int> draft_;           // key: attended context rows
-    GraphRunner::Cached<Graph, std::pair<int, const void *>> inject_ring_;   // key: rows, the rings read
+    // key: rows, the generation of the rings read (Engine::capture_generation)
+    GraphRunner::Cached<Graph, std::pair<int, uint64_t>> inject_ring_;
     GraphRunner::Cached<TopKGraph, TopKKey> top_k_;
     int64_t draft_builds_ = 0;            // draft graphs built so far (top_k_'s key)
     std::vector<int32_t> slot_pos_;       // position held by ring slot s, -1 = none

@@ -2,6 +2,7 @@
 #include "capture_ring.h"
 #include "error.h"
 
+#include <atomic>
 #include <string>
 
 namespace luce {
@@ -14,6 +15,7 @@ void CaptureRing::reset() {
     rings.clear();
     layers.clear();
     ring = 0;
+    generation = 0;
 }
 
 void CaptureRing::set(const Model & m, const int32_t * ids, int32_t n, bool output, int32_t ring_rows) {
@@ -34,6 +36,8 @@ void CaptureRing::set(const Model & m, const int32_t * ids, int32_t n, bool outp
     }
     output_convention = output;
     ring = ring_rows;
+    static std::atomic<uint64_t> allocations{0};
+    generation = ++allocations;
     buffer = ggml_backend_alloc_ctx_tensors_from_buft(ctx, ggml_backend_dev_buffer_type(m.dev));
     if (!buffer) {
         reset();

@@ -15,6 +15,10 @@ struct CaptureRing {
     bool output_convention = false;   // true: a layer's output; false: its input
     int ring = 0;
     std::vector<ggml_tensor *> rings;
+    // Unique per allocation of the rings, over every engine: a graph that reads them is keyed by it,
+    // not by the tensors' addresses, which a new allocation may reuse while the data moved (a kept
+    // graph would then read the freed rings: a CUDA graph replays the old addresses).
+    uint64_t generation = 0;
     ggml_context * ctx = nullptr;
     ggml_backend_buffer_t buffer = nullptr;
 

@@ -56,6 +56,7 @@ public:
     // when that layer is not captured; positions p live in row p % capture_ring_size().
     ggml_tensor * capture_ring(int layer) const;
     int32_t capture_ring_size() const { return kv_.capture.ring; }
+    uint64_t capture_generation() const { return kv_.capture.generation; }   // changes with every set_capture
     bool capture_output_convention() const { return kv_.capture.output_convention; }
     // Throws unless positions [pos, pos + n) are committed and still in the ring.
     void check_captured(int32_t pos, int32_t n) const;
