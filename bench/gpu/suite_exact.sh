@@ -9,5 +9,8 @@ need_build || exit 1
 device_pytest exact 1500 -m gpu --continue-on-collection-errors --ignore=tests/test_dflash_train.py -q -s -rs tests
 rc=$?
 ties=$(grep -o 'near-tie at [0-9]* (margin [0-9.e+-]*' "$RES/exact.txt" | sed 's/.*margin //' | tr '\n' ' ')
-summary "exact: $(grep -E '[0-9]+ (passed|failed)' "$RES/exact.txt" | tail -1)${ties:+; near-ties (margins): $ties}"
+result=$(grep -E '[0-9]+ (passed|failed)' "$RES/exact.txt" | tail -1)
+# a CUDA error aborts the whole process: name the test it was in (the fatal error's Python stack)
+[ -z "$result" ] && result="ABORTED (rc $rc) in $(grep -oE 'tests/test_[a-z0-9_]+\.py", line [0-9]+ in test_[A-Za-z0-9_]+' "$RES/exact.txt" | tail -1 | tr -d '"')"
+summary "exact: $result${ties:+; near-ties (margins): $ties}"
 exit $rc
