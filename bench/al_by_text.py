@@ -1,0 +1,129 @@
+"""Why the shipped draft accepts less on one device than another: the text, the target's features or
+the draft's compute? Chain-of-K acceptance length (AL, tokens per step, walked greedily as
+`bench/sim_auto.py` does) of the shipped draft on the held-out prompts (T = 0), from:
+
+  engine        the engine's draft on the engine's features (CPU), over the engine's greedy text
+  torch feats   the engine's draft on the training code's float features (tools/dflash_train/target.py)
+  torch draft   the training code's draft (draft_torch.py) on those features
+  torch text    the training code's draft over the float target's own greedy text, with ggml's activation
+                rounding (act_quant, as training generated its data) and without
+
+The first three share one text (the engine's); the last changes the text only. Needs PyTorch (the
+trainer's dependency, not the engine's):
+
+    python bench/al_by_text.py [--per-category 4] [--tokens 256] [--k 7] [--threads 2]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from luce_engine import DraftModel, Engine, Model, Sampling, default_model_path  # noqa: E402
+from luce_engine.default_draft import shipped_draft_path  # noqa: E402
+from tools.dflash_train.corpus import CATEGORIES, heldout_prompts  # noqa: E402
+from tools.dflash_train.draft_torch import DFlashDraft, DraftConfig  # noqa: E402
+from tools.dflash_train.prompt_ids import PromptEncoder  # noqa: E402
+from tools.dflash_train.target import Target  # noqa: E402
+
+
+def chain_al(proposals, tokens: list[int], k: int) -> tuple[int, int]:
+    """(tokens emitted, steps) of chain-of-k steps along `tokens`; proposals[i] are the drafts after tokens[i]."""
+    i = emitted = steps = 0
+    while i < len(tokens):
+        a = 0
+        while a < k and i + 1 + a < len(tokens) and int(proposals[i][a]) == tokens[i + 1 + a]:
+            a += 1
+        emitted, steps, i = emitted + a + 1, steps + 1, i + a + 1
+    return emitted, steps
+
+
+def engine_proposals(draft: DraftModel, feats: np.ndarray, c0: int, tokens: list[int], k: int) -> list[list[int]]:
+    """The engine's draft fed positions < c (host features) before the step at c, as a chain step is."""
+    draft.reset()
+    draft.inject(feats[:c0], 0)
+    out = []
+    for i, t in enumerate(tokens):
+        if i:
+            draft.inject(feats[c0 + i - 1:c0 + i], c0 + i - 1)
+        out.append(draft.draft(t, c0 + i)[:k])
+    return out
+
+
+def torch_proposals(draft: DFlashDraft, tgt: Target, feats: torch.Tensor, seq: list[int], c0: int, k: int) -> np.ndarray:
+    """The training code's draft: every block of the continuation at once, each seeing positions < its anchor."""
+    anchors = torch.arange(c0, len(seq))[None]
+    with torch.no_grad():
+        h = draft(tgt.token_embd, feats, torch.tensor([seq]), anchors)
+        return (h[0, :, 1:k + 1, :] @ tgt.output.T).argmax(-1).numpy()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--per-category", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--k", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    path = default_model_path()
+    model = Model(path, device="cpu", n_threads=args.threads)
+    draft = DraftModel(shipped_draft_path(), model)
+    cfg = DraftConfig()
+    tdraft = DFlashDraft(cfg)
+    tdraft.load_gguf(shipped_draft_path())
+    tdraft.eval()
+    targets = {q: Target.from_gguf(path, act_quant=q) for q in (True, False)}
+    enc = PromptEncoder(path)
+    eog = set(model.tokenizer.eog_ids)
+    prompts = [p for c in CATEGORIES for p in [q for q in heldout_prompts() if q.category == c][:args.per_category]]
+    eng = Engine(model, n_ctx=max(len(enc.encode(p.messages())) for p in prompts) + args.tokens + 8)
+    eng.set_capture(list(draft.capture_layers), output=True, ring_size=eng.n_ctx)
+    rows = ("engine", "torch feats", "torch draft", "torch text, act_quant", "torch text, float")
+    counts = {r: {c: [0, 0] for c in CATEGORIES} for r in rows}
+    for p in prompts:
+        ids = enc.encode(p.messages())
+        eng.truncate(0)
+        eng.prefill(ids)
+        text = []
+        for r in eng.generate(None, sampling=Sampling(), max_tokens=args.tokens):
+            text += [t for t in r.tokens if t not in eog]
+        seq, c0 = ids + text, len(ids)
+        eng.truncate(0)
+        eng.prefill(seq[:-1])
+        efeats = np.stack([eng.captured(q).reshape(-1) for q in range(len(seq) - 1)])
+        with torch.no_grad():
+            _, tfeats = targets[True](torch.tensor([seq[:-1]]), capture=cfg.capture, logits=False)
+        runs = {"engine": engine_proposals(draft, efeats, c0, text, args.k),
+                "torch feats": engine_proposals(draft, tfeats[0].numpy().astype(np.float32), c0, text, args.k),
+                "torch draft": torch_proposals(tdraft, targets[True], tfeats, seq, c0, args.k)}
+        for name, prop in runs.items():
+            e, s = chain_al(prop, text, args.k)
+            counts[name][p.category][0] += e
+            counts[name][p.category][1] += s
+        for q, name in ((True, "torch text, act_quant"), (False, "torch text, float")):
+            tgt = targets[q]
+            with torch.no_grad():
+                out = [int(t) for t in tgt.generate([ids], max_new=args.tokens, stop_ids=eog)[0] if t >= 0]
+            own = [t for t in out if t not in eog]
+            seq2 = ids + own
+            with torch.no_grad():
+                _, f2 = tgt(torch.tensor([seq2[:-1]]), capture=cfg.capture, logits=False)
+            e, s = chain_al(torch_proposals(tdraft, tgt, f2, seq2, c0, args.k), own, args.k)
+            counts[name][p.category][0] += e
+            counts[name][p.category][1] += s
+        print(f"{p.category}: done", flush=True)
+    print(f"chain of {args.k}, AL on {len(prompts)} held-out prompts, T = 0, up to {args.tokens} tokens")
+    print(f"{'':>24}" + "".join(f"{c:>8}" for c in CATEGORIES) + f"{'all':>8}")
+    for name in rows:
+        per = counts[name]
+        al = [per[c][0] / max(per[c][1], 1) for c in CATEGORIES]
+        tot = sum(v[0] for v in per.values()) / max(sum(v[1] for v in per.values()), 1)
+        print(f"{name:>24}" + "".join(f"{a:>8.2f}" for a in al) + f"{tot:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()
