@@ -39,6 +39,7 @@ async def test_a_reopened_chat_resumes_and_answers_as_the_open_one(tiny_model, s
         assert a.states.path(sid).is_file()
         await type_and_send(pilot, a, "How cold is it there?")
         want = a.conv.messages[-1]["content"]
+        assert a.states.flush(20)   # the third turn's save, as luce-chat's exit waits for it
 
     saved = state_files.read_tokens(a.states.path(sid))
     fresh = le.Engine(tiny_model, n_ctx=1024)
