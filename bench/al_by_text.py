@@ -30,28 +30,7 @@ from tools.dflash_train.draft_torch import DFlashDraft, DraftConfig  # noqa: E40
 from tools.dflash_train.prompt_ids import PromptEncoder  # noqa: E402
 from tools.dflash_train.target import Target  # noqa: E402
 
-
-def chain_al(proposals, tokens: list[int], k: int) -> tuple[int, int]:
-    """(tokens emitted, steps) of chain-of-k steps along `tokens`; proposals[i] are the drafts after tokens[i]."""
-    i = emitted = steps = 0
-    while i < len(tokens):
-        a = 0
-        while a < k and i + 1 + a < len(tokens) and int(proposals[i][a]) == tokens[i + 1 + a]:
-            a += 1
-        emitted, steps, i = emitted + a + 1, steps + 1, i + a + 1
-    return emitted, steps
-
-
-def engine_proposals(draft: DraftModel, feats: np.ndarray, c0: int, tokens: list[int], k: int) -> list[list[int]]:
-    """The engine's draft fed positions < c (host features) before the step at c, as a chain step is."""
-    draft.reset()
-    draft.inject(feats[:c0], 0)
-    out = []
-    for i, t in enumerate(tokens):
-        if i:
-            draft.inject(feats[c0 + i - 1:c0 + i], c0 + i - 1)
-        out.append(draft.draft(t, c0 + i)[:k])
-    return out
+from al_walk import chain_al, engine_proposals  # noqa: E402
 
 
 def torch_proposals(draft: DFlashDraft, tgt: Target, feats: torch.Tensor, seq: list[int], c0: int, k: int) -> np.ndarray:
