@@ -17,7 +17,9 @@ with plain decoding's top-2 gap there:
             of its own: loading llama.cpp's CUDA model after ours in one process crashed it (H100,
             2026-12-06)
 Rounding by batch shape shows as differences of ~1e-3 in both batched rows alike; a verify that
-differs from the same-size prefill points at our verify path.
+differs from the same-size prefill points at our verify path. Each row kind is also measured against
+the CPU engine's rows on the same tokens (`vs cpu`; on the CPU one-token steps and batches agree bit
+for bit, as llama.cpp's CPU kernels do): the GPU path far from it is the one that rounds more.
 """
 from __future__ import annotations
 
@@ -62,6 +64,7 @@ def main() -> None:
                                     prompt.category)
         return
     model = Model(path, device=args.device)
+    cpu_model = Model(path, device="cpu") if model.device.lower() != "cpu" else None
     print(f"{Path(path).name} on {model.device}: {args.tokens} greedy tokens, batches of {args.rows}")
     for prompt in picked[: args.prompts]:
         ids = encoder.encode(prompt.messages())
@@ -89,6 +92,15 @@ def main() -> None:
             print(f"  {prompt.category:6s} {name:8s} max {max(diffs):.2e} median {np.median(diffs):.2e}; "
                   f"argmax flips {len(flips)}" + "".join(f" [row {i}, step gap {g:.2e}]" for i, g in flips[:4]))
         print(f"  {prompt.category:6s} verify vs prefill: max {max(rel(a, b) for a, b in zip(batched['verify'], batched['prefill'])):.2e}")
+        if cpu_model is not None:
+            ref = Engine(cpu_model, n_ctx=1024)
+            ref.prefill(ids[:-1])
+            ref.prefill([ids[-1]] + tokens, logits_all=True)
+            cpu_rows = ref.all_logits()[-(len(tokens) + 1):]   # row j: after ids + tokens[:j], as step_rows[j]
+            kinds = {"step": step_rows[1:], **batched}
+            print(f"  {prompt.category:6s} vs cpu: " + "; ".join(
+                f"{name} median {np.median(d):.2e} max {max(d):.2e}"
+                for name, d in ((n, [rel(r, cpu_rows[i + 1]) for i, r in enumerate(rows)]) for n, rows in kinds.items())))
 
 
 def llama_cpp_batch_vs_step(path: str, device: str, ids: list[int], n_tokens: int, rows: int, label: str) -> None:
