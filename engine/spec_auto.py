@@ -81,6 +81,12 @@ SPIKE = 3.0              # an injection's cost moves its line by at most this ma
 # process on a shared CPU), and a mode priced too high by one is not run again to correct it.
 COST_WINDOW, COST_QUANTILE = 8, 0.25
 COLD_RUNS = 3            # a shape's first runs: build, capture, replay (auto's start-up runs, calibrations)
+# A verify wider than every settled shape is bounded below by the widest one plus this share of the
+# per-row growth from plain's one row to it: a CPU's cost grows linearly with the rows (SmolLM2, 2
+# threads: 9.6 ms at 1 row, 65.8 at 16, 130.7 at 33), a GPU's steps up at kernel boundaries (the
+# H100: 1.24 ms at 1, 2.32 at 16, 4.11 at 33, above the 2.93 this share bounds); the plain bound alone
+# let auto calibrate trees of 23 and 33 rows that could not win (3 runs of 94 and 131 ms on the CPU)
+VERIFY_GROWTH_FLOOR = 0.5
 PROBE_SHARE = 0.01       # probes' loss as a share of the plain decode time, at most (see decisions.md)
 PROBE_GAP0, PROBE_GAP_MAX = 16, 32   # the share bound, not this cap, spaces out costly probes
 PROBE_CONTEXT = 256      # a probe feeds the draft at most this many of the positions decoded plainly
@@ -249,20 +255,29 @@ class StepCosts:
         return self.verify.get((kind, rows))
 
     def verify_lower_bound(self, rows: int) -> float | None:
-        """A verify of more rows costs no less than one of fewer (of either kind), nor than a plain step.
-        Only settled costs bound (calibrated, or COLD_RUNS runs): a shape run once or twice may still
-        carry its graph build, and an inflated bound would keep every wider mode from being tried."""
+        """A verify of more rows costs no less than one of fewer (of either kind), nor than a plain step;
+        past the widest settled shape, no less than it plus VERIFY_GROWTH_FLOOR of the per-row growth
+        from plain to it. Only settled costs bound (calibrated, or COLD_RUNS runs): a shape run once or
+        twice may still carry its graph build, and an inflated bound would keep every wider mode from
+        being tried."""
         return self.verify_lower_bounds([rows])[0]
 
     def verify_lower_bounds(self, rows: list[int]) -> list[float | None]:
         """verify_lower_bound of each of `rows`, the settled costs gathered once."""
         settled = [(key[1], ms) for key, ms in self.verify.items() if self.verify_settled(*key)]
+        if self.plain is not None:
+            settled.append((1, self.plain))
+        widest = max(settled, default=None)
+        growth = 0.0   # ms per row past the widest shape
+        if widest is not None and self.plain is not None and widest[0] > 1:
+            growth = VERIFY_GROWTH_FLOOR * max(0.0, widest[1] - self.plain) / (widest[0] - 1)
         out = []
         for r in rows:
             known = [ms for n, ms in settled if n <= r]
-            if self.plain is not None:
-                known.append(self.plain)
-            out.append(max(known) if known else None)
+            bound = max(known) if known else None
+            if bound is not None and r > widest[0]:
+                bound = max(bound, widest[1] + growth * (r - widest[0]))
+            out.append(bound)
         return out
 
 

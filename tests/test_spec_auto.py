@@ -630,6 +630,28 @@ def test_slow_runs_do_not_price_a_mode_out():
     assert costs.verify_ms(CHAIN, 4) == 1.8
 
 
+def test_a_verify_wider_than_any_measured_is_bounded_by_half_the_growth_so_far():
+    """Calibrating a shape costs COLD_RUNS verifies of it, worth it only where the mode could win. Up
+    to the widest settled shape the bound is the widest one no wider (costs grow with the rows); past
+    it, that shape plus VERIFY_GROWTH_FLOOR of the per-row growth from plain to it. SmolLM2 on 2 CPU
+    threads: 9.6 ms a plain step, 65.8 a 16-row chain, so a 33-row tree is bounded at 97.7 (it cost
+    130.7); on the H100 1.24 and 2.32 bound it at 2.93 (it cost 4.11)."""
+    costs = StepCosts()
+    assert costs.verify_lower_bounds([5, 33]) == [None, None]
+    for _ in range(spec_auto.COLD_RUNS):
+        costs.observe_plain(9.6)
+    assert costs.verify_lower_bounds([5, 33]) == [9.6, 9.6]   # nothing wider measured: plain alone
+    for _ in range(spec_auto.COLD_RUNS - 1):
+        costs.observe_verify(CHAIN, 16, 65.8)
+    assert costs.verify_lower_bound(33) == 9.6                  # not settled: may carry its build
+    costs.observe_verify(CHAIN, 16, 65.8)
+    growth = spec_auto.VERIFY_GROWTH_FLOOR * (65.8 - 9.6) / 15
+    assert costs.verify_lower_bounds([5, 16, 17, 33]) == pytest.approx([9.6, 65.8, 65.8 + growth, 65.8 + 17 * growth])
+    assert costs.verify_lower_bound(33) == pytest.approx(97.7, abs=0.1)
+    costs.observe_verify("tree", 9, 40.0, calibration=True)    # a narrower shape moves only what is above it
+    assert costs.verify_lower_bounds([9, 12, 33]) == pytest.approx([40.0, 40.0, 65.8 + 17 * growth])
+
+
 def test_a_switch_between_modes_is_priced_apart_from_the_steady_steps():
     """The Engine keeps one graph: the first step of another mode rebuilds it (a GPU's plain step
     after a speculative one: 3.5 against 1.1 ms). That first step's excess is the switch cost, and
