@@ -308,8 +308,9 @@ def test_inject_captured_equals_host_features(tmp_path, targets, ring):
 
 def test_a_new_capture_is_read_after_the_old_one_is_freed(tmp_path, targets):
     """set_capture frees the rings and allocates new ones, maybe at the same addresses with the data
-    elsewhere: the draft's injection graph kept from before must not read the old rings (on a GPU a
-    replayed CUDA graph would: freed memory). It is rebuilt, and reads the new prompt's features."""
+    elsewhere: the draft's injection graphs kept from before must not read the old rings (on a GPU a
+    replayed CUDA graph would: freed memory). Both are rebuilt, the long one (a prompt's) and the
+    step-sized one, and read the new prompt's features."""
     from luce_engine import Engine
 
     tpath, tm, _ = targets["qwen35"]
@@ -317,21 +318,59 @@ def test_a_new_capture_is_read_after_the_old_one_is_freed(tmp_path, targets):
     eng = Engine(tm, n_ctx=128)
     host, device = DraftModel(path, tm), DraftModel(path, tm)
     rng = np.random.default_rng(5)
+    n_long, n = 3 * host.block_size, 3 * host.block_size + 6
     for turn in range(3):
         eng.truncate(0)
         eng.set_capture(list(host.capture_layers), output=True, ring_size=64)   # as each reply's attach()
-        prompt = [int(t) for t in rng.integers(0, tm.n_vocab, 6)]
+        prompt = [int(t) for t in rng.integers(0, tm.n_vocab, n)]
         eng.prefill(prompt)
         builds = device.stats()["n_graph_builds"]
         host.reset()
         device.reset()
-        host.inject(np.stack([eng.captured(p).reshape(-1) for p in range(6)]), 0)
-        device.inject_captured(eng, 0, 6)   # within one block: the step-sized graph every turn
+        feats = np.stack([eng.captured(p).reshape(-1) for p in range(n)])
+        host.inject(feats[:n_long], 0)
+        host.inject(feats[n_long:], n_long)
+        device.inject_captured(eng, 0, n_long)      # past one block: the long graph
+        device.inject_captured(eng, n_long, 6)      # within one block: the step-sized graph
         if turn:
-            assert device.stats()["n_graph_builds"] > builds, "the graph on the freed rings was kept"
-        host.draft(7, 6)
-        device.draft(7, 6)
-        assert np.array_equal(host.logits(), device.logits()), f"turn {turn}"
+            assert device.stats()["n_graph_builds"] == builds + 2, "a graph on the freed rings was kept"
+        host.draft(7, n)
+        device.draft(7, n)
+        if ON_GPU:
+            np.testing.assert_allclose(device.logits(), host.logits(), rtol=1e-4, atol=1e-4)
+        else:
+            assert np.array_equal(host.logits(), device.logits()), f"turn {turn}"
+
+
+def test_injections_of_every_size_in_turn_keep_their_graphs_right(tmp_path, targets):
+    """A step's injections (up to B rows) and longer ones (a prompt's, a probe's catch-up) keep a
+    graph each; a GPU pads a shorter long one into the graph it has (30 positions into the 70's
+    128 rows). Drafts after each equal those of host features injected in the same pieces."""
+    from luce_engine import Engine
+
+    tpath, tm, _ = targets["qwen35"]
+    path, _ = _make(tmp_path, tpath)
+    eng = Engine(tm, n_ctx=256)
+    host, device = DraftModel(path, tm), DraftModel(path, tm)
+    eng.set_capture(list(host.capture_layers), output=True)
+    prompt = [int(t) for t in np.random.default_rng(5).integers(0, tm.n_vocab, 120)]
+    eng.prefill(prompt)
+    feats = np.stack([eng.captured(p).reshape(-1) for p in range(120)])
+    builds = []
+    for a, b in [(0, 70), (70, 75), (75, 105), (105, 110), (110, 113), (113, 120)]:
+        host.inject(feats[a:b], a)
+        device.inject_captured(eng, a, b - a)
+        host.draft(7, b)
+        device.draft(7, b)
+        if ON_GPU:
+            np.testing.assert_allclose(device.logits(), host.logits(), rtol=1e-4, atol=1e-4)
+        else:
+            assert np.array_equal(host.logits(), device.logits())
+        builds.append(device.stats()["n_graph_builds"])
+    # a step-sized injection after a long one reuses its graph (no rebuild either way), and on a
+    # GPU the 30-position catch-up reuses the 70's graph (the draft block's attends 256 rows throughout)
+    assert builds[3] == builds[2] and builds[4] == builds[3] and builds[5] == builds[4]
+    assert builds[2] == builds[1] + (0 if ON_GPU else 1)
 
 
 def test_inject_captured_refuses_what_it_cannot_read(tmp_path, targets):

@@ -73,6 +73,7 @@ DraftContext::~DraftContext() {
     inject_.reset();
     draft_.reset();
     inject_ring_.reset();
+    inject_wide_.reset();
     block_kernels_.runner.reset();   // before the runner's device goes
     inject_kernels_.runner.reset();
     if (cache_buf_) ggml_backend_buffer_free(cache_buf_);
@@ -282,23 +283,34 @@ DraftContext::Graph & DraftContext::draft_graph(int n_kv_ctx) {
     return *draft_.graph;
 }
 
-DraftContext::Graph & DraftContext::inject_ring_graph(int n, const std::vector<ggml_tensor *> & rings,
+DraftContext::Graph & DraftContext::inject_ring_graph(Kind kind, int n, const std::vector<ggml_tensor *> & rings,
                                                       uint64_t generation) {
+    auto & slot = kind == kInjectWide ? inject_wide_ : inject_ring_;
     const std::pair<int, uint64_t> key{n, generation};
     const auto describe = [&] { return "a draft injection of " + std::to_string(n) + " rows"; };
     const bool built = runner_.use(
-        inject_ring_, key, kInjectRing, describe,
+        slot, key, kind, describe,
         [&] {
             auto g = std::make_unique<Graph>();
             build_inject(*g, n, &rings);
             return g;
         },
-        [&](Graph & g) { place_inputs(kInjectRing, n, {g.ring_rows, g.pos, g.idx}); });
+        [&](Graph & g) { place_inputs(kind, n, {g.ring_rows, g.pos, g.idx}); });
     if (built) {
-        prepare_kernels(kInjectRing, n, inject_ring_.graph->gf);
+        prepare_kernels(kind, n, slot.graph->gf);
         update_compute_bytes();   // its scheduler is not reserved up front
     }
-    return *inject_ring_.graph;
+    return *slot.graph;
+}
+
+// Rows of an injection past B positions. On a GPU the wide graph only grows: a catch-up of fewer
+// rows pads into the one built (padding costs next to nothing there; a rebuild costs a graph build
+// and an uncaptured run, ~a step), so probes after plain stretches of any length reuse it. On a
+// CPU padding costs its rows, so the graph fits each injection (rebuilt when the size changes).
+int32_t DraftContext::wide_rows(int32_t nc) const {
+    const int32_t rows = inject_rows(nc);
+    if (runner_.on_cpu() || !inject_wide_.graph) return rows;
+    return std::max(rows, inject_wide_.key.first);
 }
 
 // Shapes are bucketed so that graphs repeat: up to B rows (a speculative step) -> B, else a
@@ -364,12 +376,14 @@ void DraftContext::inject_captured(const Engine & eng, int32_t start, int32_t n)
     }
     const int32_t ring = eng.capture_ring_size();
     for (int32_t done = 0; done < n;) {
-        const int32_t nc = std::min(chunk_, n - done), rows = inject_rows(nc);
-        Graph & g = inject_ring_graph(rows, rings, eng.capture_generation());
+        const int32_t nc = std::min(chunk_, n - done);
+        const Kind kind = nc <= B_ ? kInjectRing : kInjectWide;
+        const int32_t rows = kind == kInjectRing ? inject_rows(nc) : wide_rows(nc);
+        Graph & g = inject_ring_graph(kind, rows, rings, eng.capture_generation());
         std::vector<int32_t> ring_rows(size_t(rows), 0);
         for (int32_t i = 0; i < nc; ++i) ring_rows[size_t(i)] = (start + done + i) % ring;
         ggml_backend_tensor_set(g.ring_rows, ring_rows.data(), 0, ring_rows.size() * sizeof(int32_t));
-        finish_inject(g, kInjectRing, start + done, nc, rows);
+        finish_inject(g, kind, start + done, nc, rows);
         done += nc;
     }
 }

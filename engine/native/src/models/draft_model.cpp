@@ -342,7 +342,8 @@ uint64_t draft_capture_ring_bytes(const DraftHParams & hp, int capture_ring) {
 // rows per inject chunk, n_kv = B + W attended rows:
 //   inject      4·n·(Nf·E + 3E + 5KV)        features, fc·F, its norm; per layer K (matmul, norm,
 //                                             scale, rope) and V
-//   inject ring 4·n·(2Nf·E + 3E + 5KV)       features gathered from the rings: get_rows + concat chain
+//   inject ring 4·(n + B)·(2Nf·E + 3E + 5KV) features gathered from the rings: get_rows + concat chain;
+//                                             two graphs, each on its scheduler: n rows and a step's B
 //   draft       4·( B·(8E + 5Q + 5KV + 3F)   per layer: norms, Q/K chains, V, attention out, W_o, FFN
 //                 + n_kv·B·(2Hq + 2)         scores and softmax per head, the two masks
 //                 + n_kv·KV                  contiguous V^T
@@ -351,7 +352,7 @@ uint64_t draft_capture_ring_bytes(const DraftHParams & hp, int capture_ring) {
 //   top-k       4·3·V·B + 16·K·B            a tree's candidates (top_candidates): logits / T, minus
 //                                             the row max, its exp; the [k, B] gathers for k <= K =
 //                                             LUCE_MAX_STEP_TOKENS (a tree's budget is below it)
-//   + 4·V + 52·n + 28·B                      the argmax ramp (allocated beside the KV) and the small
+//   + 4·V + 52·n + 56·B                      the argmax ramp (allocated beside the KV) and the small
 //                                             inputs: per row I32 positions (4 with M-RoPE), I64 cache
 //                                             rows, I32 ring rows / tokens
 // The bound holds as long as the sum over one layer exceeds the allocator's alignment padding,
@@ -364,9 +365,9 @@ uint64_t draft_compute_bytes_estimate(const DraftModel & d, int n_ctx_draft) {
     const uint64_t n = std::max<uint64_t>(std::min<uint64_t>(kPlanInjectChunk, W), B);
     const uint64_t f32 = sizeof(float);
     const uint64_t pos_row = 4 * sizeof(int32_t), idx_row = sizeof(int64_t), tok_row = sizeof(int32_t);
-    const uint64_t small_inputs = n * (2 * (pos_row + idx_row) + tok_row) + B * (pos_row + idx_row + tok_row);
+    const uint64_t small_inputs = n * (2 * (pos_row + idx_row) + tok_row) + 2 * B * (pos_row + idx_row + tok_row);
     const uint64_t inject = f32 * n * (Nf * E + 3 * E + 5 * KV);
-    const uint64_t inject_ring = f32 * n * (2 * Nf * E + 3 * E + 5 * KV);
+    const uint64_t inject_ring = f32 * (n + B) * (2 * Nf * E + 3 * E + 5 * KV);
     const uint64_t draft = f32 * (B * (8 * E + 5 * Q + 5 * KV + 3 * F) + n_kv * B * (2 * Hq + 2) + n_kv * KV + 3 * V * B);
     const uint64_t top_k = f32 * 3 * V * B + 4 * f32 * LUCE_MAX_STEP_TOKENS * B + 4096;   // + the [1, B] rows, padding
     // on a GPU, the small-batch kernels' scratch of the block's and the injection's runner, held only

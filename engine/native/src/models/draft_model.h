@@ -144,12 +144,15 @@ private:
             return first == o.first && n == o.n && k == o.k && draft_build == o.draft_build && logits == o.logits;
         }
     };
-    enum Kind { kInject, kDraft, kInjectRing, kTopK, kKinds };   // the runner's schedulers
+    // the runner's schedulers; a speculative step's injection (B rows) and a longer one (a prompt's,
+    // a probe's catch-up after plain steps) each keep a graph, so neither rebuilds the other's
+    enum Kind { kInject, kDraft, kInjectRing, kTopK, kInjectWide, kKinds };
     void build_top_k(TopKGraph & g, const TopKKey & key) const;
     void build_inject(Graph & g, int n, const std::vector<ggml_tensor *> * rings = nullptr) const;
     void build_draft(Graph & g, int n_kv_ctx) const;
     Graph & inject_graph(int n);
-    Graph & inject_ring_graph(int n, const std::vector<ggml_tensor *> & rings, uint64_t generation);
+    Graph & inject_ring_graph(Kind kind, int n, const std::vector<ggml_tensor *> & rings, uint64_t generation);
+    int32_t wide_rows(int32_t nc) const;
     // Positions, block/ring rows, compute, slot bookkeeping of one injected chunk (features set).
     void finish_inject(Graph & g, Kind kind, int32_t start, int32_t nc, int32_t rows);
     int32_t inject_rows(int32_t nc) const;
@@ -180,6 +183,7 @@ private:
     GraphRunner::Cached<Graph, int> draft_;           // key: attended context rows
     // key: rows, the generation of the rings read (Engine::capture_generation)
     GraphRunner::Cached<Graph, std::pair<int, uint64_t>> inject_ring_;
+    GraphRunner::Cached<Graph, std::pair<int, uint64_t>> inject_wide_;   // the same, past B rows
     GraphRunner::Cached<TopKGraph, TopKKey> top_k_;
     int64_t draft_builds_ = 0;            // draft graphs built so far (top_k_'s key)
     std::vector<int32_t> slot_pos_;       // position held by ring slot s, -1 = none
