@@ -31,7 +31,7 @@ from luce_engine.speculative import ChainSpeculator  # noqa: E402
 from tools.dflash_train.corpus import CATEGORIES, heldout_prompts  # noqa: E402
 from tools.dflash_train.prompt_ids import PromptEncoder  # noqa: E402
 
-from al_walk import chain_al, engine_proposals  # noqa: E402
+from bench.al_walk import chain_al, engine_proposals  # noqa: E402
 
 SOURCES = ("steps", "prefill", "batches")
 ROWS = SOURCES + ("chain text",)

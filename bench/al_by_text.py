@@ -30,7 +30,7 @@ from tools.dflash_train.draft_torch import DFlashDraft, DraftConfig  # noqa: E40
 from tools.dflash_train.prompt_ids import PromptEncoder  # noqa: E402
 from tools.dflash_train.target import Target  # noqa: E402
 
-from al_walk import chain_al, engine_proposals  # noqa: E402
+from bench.al_walk import chain_al, engine_proposals  # noqa: E402
 
 
 def torch_proposals(draft: DFlashDraft, tgt: Target, feats: torch.Tensor, seq: list[int], c0: int, k: int) -> np.ndarray:
