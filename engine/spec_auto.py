@@ -38,8 +38,8 @@ PROBE_GAP_MAX) and is never less than the probe's predicted loss over PROBE_SHAR
 so probes cost at most PROBE_SHARE of the decode time (a probe's loss counts its measured excess
 over a steady step of its mode and the switch back; before any probe ran, two switches and the
 catch-up injection's estimate). While
-speculation wins, two steps in PLAIN_CHECK_EVERY are plain, so that plain's steady cost stays
-measured too. Acceptance swings from step to step: the
+speculation wins, COLD_RUNS steps in PLAIN_CHECK_EVERY are plain, so that plain's steady cost
+stays measured too. Acceptance swings from step to step: the
 cap keeps cheap probes frequent, so that a dip that sent auto to plain does not keep it there
 (bench/sim_auto.py measures the policy on recorded acceptance and a device's costs). A probe
 still emits its tokens. It feeds the draft the features of at most PROBE_CONTEXT of the positions
@@ -90,8 +90,11 @@ VERIFY_GROWTH_FLOOR = 0.5
 PROBE_SHARE = 0.01       # probes' loss as a share of the plain decode time, at most (see decisions.md)
 PROBE_GAP0, PROBE_GAP_MAX = 16, 32   # the share bound, not this cap, spaces out costly probes
 PROBE_CONTEXT = 256      # a probe feeds the draft at most this many of the positions decoded plainly
-# ... and the other way: while speculation wins, two plain steps in this many speculative ones keep
-# plain's steady cost measured (a switch costs a graph rebuild: checks are rare)
+# ... and the other way: while speculation wins, COLD_RUNS plain steps in this many speculative ones
+# keep plain's steady cost measured (a switch costs a graph rebuild: checks are rare). Not two: after
+# a speculative stretch the one-token graph may be rebuilt (the cache grew past a 256-cell bucket) and,
+# on a GPU, captured on its next run, so a check's second step was no steady one (8 ms against 1.2
+# on the H100, and plain was priced at 4.6 ms at T = 0.7 while it decoded at 1.65)
 PLAIN_CHECK_EVERY = 256
 SWITCH_TOKENS = 64       # another mode must win back the switch's cost within this many tokens
 # In a plain stretch with nothing new to weigh (no acceptance count pending, plain no dearer), a
@@ -529,7 +532,7 @@ class AdaptiveSpeculator(ChainSpeculator):
             self._gap, self._plain_run = PROBE_GAP0, 0
             self._spec_run += 1
             if self._spec_run >= PLAIN_CHECK_EVERY:   # plain's cost is measured only when it runs
-                self._spec_run, self._checks_left = 0, 1
+                self._spec_run, self._checks_left = 0, COLD_RUNS - 1
                 return PLAIN, False
             return best_spec, False
         self._spec_run = 0

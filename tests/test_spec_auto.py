@@ -179,6 +179,21 @@ def test_high_acceptance_with_cheap_verifies_settles_on_speculation(dense):
         assert f"tree budget {spec.budgets[best]}" in spec.describe()
 
 
+def test_a_plain_check_runs_past_a_rebuild_and_a_capture(dense, monkeypatch):
+    """While speculation wins, every PLAIN_CHECK_EVERY speculative steps plain runs COLD_RUNS steps:
+    the first after a speculative stretch may rebuild the one-token graph and, on a GPU, the next
+    capture it, so a check of two left plain priced at its capture (H100: 8 against 1.2 ms)."""
+    monkeypatch.setattr(spec_auto, "PLAIN_CHECK_EVERY", 4)
+    p = prompt(24, 4)
+    plain, truth = plain_truth(dense, p)
+    modes = []
+    got, spec, _ = run(dense, p, N, drafter=Oracle(truth, 0, ratio=0.1), costs=CHEAP,
+                       on_step=lambda s, r, c: modes.append(s.last_mode))
+    same_as_plain(dense, p, got, plain)
+    runs = [len(list(g)) for m, g in itertools.groupby(modes[:-1]) if m == PLAIN]
+    assert len(runs) >= 3 and set(runs[:-1]) == {spec_auto.COLD_RUNS}, modes
+
+
 def test_a_short_chain_wins_where_its_verify_is_cheaper(dense):
     """Drafts right for two positions, a 4-row verify a third of the full chain's (as a GPU's kernel
     boundary makes it): auto settles on the chain of 3 (the same draft pass, fewer rows)."""
