@@ -31,7 +31,7 @@ from luce_engine.speculative import ChainSpeculator  # noqa: E402
 from tools.dflash_train.corpus import CATEGORIES, heldout_prompts  # noqa: E402
 from tools.dflash_train.prompt_ids import PromptEncoder  # noqa: E402
 
-from bench.al_walk import chain_al, engine_proposals  # noqa: E402
+from bench.al_walk import ALTable, chain_al, engine_proposals  # noqa: E402
 
 SOURCES = ("steps", "prefill", "batches")
 ROWS = SOURCES + ("chain text",)
@@ -62,7 +62,7 @@ def main() -> None:
     prompts = [p for c in CATEGORIES for p in [q for q in heldout_prompts() if q.category == c][:args.per_category]]
     eng = Engine(model, n_ctx=max(len(enc.encode(p.messages())) for p in prompts) + args.tokens + 8)
     eng.set_capture(list(draft.capture_layers), output=True, ring_size=eng.n_ctx)
-    counts = {s: {c: [0, 0] for c in CATEGORIES} for s in ROWS}
+    table = ALTable(ROWS, CATEGORIES)
     chain = ChainSpeculator(eng, draft, max_draft=args.k)
     same = 0
     diffs = {s: [] for s in SOURCES[1:]}
@@ -87,9 +87,7 @@ def main() -> None:
             eng.prefill(seq[i:min(i + args.rows, n)])
         feats["batches"] = captured(eng, n)
         for s in SOURCES:
-            e, st = chain_al(engine_proposals(draft, feats[s], c0, text, args.k), text, args.k)
-            counts[s][p.category][0] += e
-            counts[s][p.category][1] += st
+            table.add(s, p.category, chain_al(engine_proposals(draft, feats[s], c0, text, args.k), text, args.k))
         for s in SOURCES[1:]:
             diffs[s].append(rel_diff(feats["steps"][c0:], feats[s][c0:]))
         eng.truncate(0)
@@ -100,19 +98,12 @@ def main() -> None:
             own += chain.step(Sampling(), max_emit=args.tokens - len(own), stop_ids=eog).tokens
         while own and own[-1] in eog:
             own.pop()
-        chain.drafter.reset()   # the walk below feeds it afresh
-        e, st = chain_al(engine_proposals(draft, captured(eng, len(ids) + len(own) - 1), c0, own, args.k), own, args.k)
-        counts["chain text"][p.category][0] += e
-        counts["chain text"][p.category][1] += st
+        own_feats = captured(eng, len(ids) + len(own) - 1)
+        table.add("chain text", p.category, chain_al(engine_proposals(draft, own_feats, c0, own, args.k), own, args.k))
         same += own == text
         print(f"{p.id}: {len(text)} tokens, the chain's text {'the same' if own == text else 'another'}", flush=True)
     print(f"chain of {args.k}, AL on {len(prompts)} held-out prompts, T = 0, up to {args.tokens} tokens, {args.device}")
-    print(f"{'features from':>14}" + "".join(f"{c:>8}" for c in CATEGORIES) + f"{'all':>8}")
-    for s in ROWS:
-        per = counts[s]
-        al = [per[c][0] / max(per[c][1], 1) for c in CATEGORIES]
-        tot = sum(v[0] for v in per.values()) / max(sum(v[1] for v in per.values()), 1)
-        print(f"{s:>14}" + "".join(f"{a:>8.2f}" for a in al) + f"{tot:>8.2f}")
+    table.print("features from", 14)
     print(f"the chain's own text equals the steps' text in {same} of {len(prompts)} replies")
     for s, d in diffs.items():
         d = np.concatenate(d)

@@ -30,7 +30,7 @@ from tools.dflash_train.draft_torch import DFlashDraft, DraftConfig  # noqa: E40
 from tools.dflash_train.prompt_ids import PromptEncoder  # noqa: E402
 from tools.dflash_train.target import Target  # noqa: E402
 
-from bench.al_walk import chain_al, engine_proposals  # noqa: E402
+from bench.al_walk import ALTable, chain_al, engine_proposals  # noqa: E402
 
 
 def torch_proposals(draft: DFlashDraft, tgt: Target, feats: torch.Tensor, seq: list[int], c0: int, k: int) -> np.ndarray:
@@ -62,7 +62,7 @@ def main() -> None:
     eng = Engine(model, n_ctx=max(len(enc.encode(p.messages())) for p in prompts) + args.tokens + 8)
     eng.set_capture(list(draft.capture_layers), output=True, ring_size=eng.n_ctx)
     rows = ("engine", "torch feats", "torch draft", "torch text, act_quant", "torch text, float")
-    counts = {r: {c: [0, 0] for c in CATEGORIES} for r in rows}
+    table = ALTable(rows, CATEGORIES)
     for p in prompts:
         ids = enc.encode(p.messages())
         eng.truncate(0)
@@ -80,9 +80,7 @@ def main() -> None:
                 "torch feats": engine_proposals(draft, tfeats[0].numpy().astype(np.float32), c0, text, args.k),
                 "torch draft": torch_proposals(tdraft, targets[True], tfeats, seq, c0, args.k)}
         for name, prop in runs.items():
-            e, s = chain_al(prop, text, args.k)
-            counts[name][p.category][0] += e
-            counts[name][p.category][1] += s
+            table.add(name, p.category, chain_al(prop, text, args.k))
         for q, name in ((True, "torch text, act_quant"), (False, "torch text, float")):
             tgt = targets[q]
             with torch.no_grad():
@@ -91,17 +89,10 @@ def main() -> None:
             seq2 = ids + own
             with torch.no_grad():
                 _, f2 = tgt(torch.tensor([seq2[:-1]]), capture=cfg.capture, logits=False)
-            e, s = chain_al(torch_proposals(tdraft, tgt, f2, seq2, c0, args.k), own, args.k)
-            counts[name][p.category][0] += e
-            counts[name][p.category][1] += s
+            table.add(name, p.category, chain_al(torch_proposals(tdraft, tgt, f2, seq2, c0, args.k), own, args.k))
         print(f"{p.category}: done", flush=True)
     print(f"chain of {args.k}, AL on {len(prompts)} held-out prompts, T = 0, up to {args.tokens} tokens")
-    print(f"{'':>24}" + "".join(f"{c:>8}" for c in CATEGORIES) + f"{'all':>8}")
-    for name in rows:
-        per = counts[name]
-        al = [per[c][0] / max(per[c][1], 1) for c in CATEGORIES]
-        tot = sum(v[0] for v in per.values()) / max(sum(v[1] for v in per.values()), 1)
-        print(f"{name:>24}" + "".join(f"{a:>8.2f}" for a in al) + f"{tot:>8.2f}")
+    table.print("", 24)
 
 
 if __name__ == "__main__":

@@ -28,3 +28,25 @@ def engine_proposals(draft: DraftModel, feats: np.ndarray, c0: int, tokens: list
             draft.inject(feats[c0 + i - 1:c0 + i], c0 + i - 1)
         out.append(draft.draft(t, c0 + i)[:k])
     return out
+
+
+class ALTable:
+    """Tokens emitted and steps of chain walks per row (a feature source, a draft) and prompt
+    category, printed as AL (tokens a step) per category and over all."""
+
+    def __init__(self, rows, categories):
+        self.rows, self.categories = tuple(rows), tuple(categories)
+        self.counts = {r: {c: [0, 0] for c in self.categories} for r in self.rows}
+
+    def add(self, row: str, category: str, walk: tuple[int, int]) -> None:
+        emitted, steps = walk
+        self.counts[row][category][0] += emitted
+        self.counts[row][category][1] += steps
+
+    def print(self, title: str, width: int) -> None:
+        print(f"{title:>{width}}" + "".join(f"{c:>8}" for c in self.categories) + f"{'all':>8}")
+        for row in self.rows:
+            per = self.counts[row]
+            al = [per[c][0] / max(per[c][1], 1) for c in self.categories]
+            tot = sum(v[0] for v in per.values()) / max(sum(v[1] for v in per.values()), 1)
+            print(f"{row:>{width}}" + "".join(f"{a:>8.2f}" for a in al) + f"{tot:>8.2f}")

@@ -97,10 +97,11 @@ def main() -> None:
             ref.prefill(ids[:-1])
             ref.prefill([ids[-1]] + tokens, logits_all=True)
             cpu_rows = ref.all_logits()[-(len(tokens) + 1):]   # row j: after ids + tokens[:j], as step_rows[j]
-            kinds = {"step": step_rows[1:], **batched}
-            print(f"  {prompt.category:6s} vs cpu: " + "; ".join(
-                f"{name} median {np.median(d):.2e} max {max(d):.2e}"
-                for name, d in ((n, [rel(r, cpu_rows[i + 1]) for i, r in enumerate(rows)]) for n, rows in kinds.items())))
+            parts = []
+            for name, rows in {"step": step_rows[1:], **batched}.items():
+                d = [rel(r, cpu_rows[i + 1]) for i, r in enumerate(rows)]
+                parts.append(f"{name} median {np.median(d):.2e} max {max(d):.2e}")
+            print(f"  {prompt.category:6s} vs cpu: " + "; ".join(parts))
 
 
 def llama_cpp_batch_vs_step(path: str, device: str, ids: list[int], n_tokens: int, rows: int, label: str) -> None:
