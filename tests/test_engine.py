@@ -62,6 +62,41 @@ def test_decode_reuses_graphs(tiny_model):
     assert st["n_graph_builds"] <= 2 and st["n_graph_reuses"] >= 98
 
 
+def test_verifies_of_a_few_widths_keep_a_graph_each(tiny_model):
+    """`--spec auto` alternates verifies of a few widths (chains of 3 and 7, trees) with one-token
+    steps: each width keeps its graph (kVerifyGraphs slots), so a change of mode rebuilds nothing,
+    and a new width takes over the slot used least recently. The tokens are plain decoding's."""
+    eng = Engine(tiny_model, n_ctx=1024, n_verify_max=16)
+    ref = Engine(tiny_model, n_ctx=1024)
+    p = prompt(10)
+    eng.prefill(p)
+
+    def verify(width):   # a verify whose first row is the target's own choice: commit(1) keeps it
+        eng.verify([eng.argmax()] + prompt(width - 1, width), logits=False)
+        eng.commit(1)
+
+    def one_round():
+        for width in (8, 4, 9):
+            verify(width)
+            eng.step()
+
+    one_round()
+    eng.reset_stats()
+    for _ in range(5):
+        one_round()
+    assert eng.stats()["n_graph_builds"] == 0
+    verify(5)   # a fourth width: it takes the 8-row verify's slot (the least recently used)
+    verify(4)
+    verify(9)
+    assert eng.stats()["n_graph_builds"] == 1
+    verify(8)
+    assert eng.stats()["n_graph_builds"] == 2
+    ref.prefill(p)
+    for _ in range(len(eng.tokens) - len(p)):
+        ref.step()
+    assert eng.tokens == ref.tokens
+
+
 def test_truncate_then_continue_equals_fresh_engine(tiny_model):
     a, b, c = prompt(40, 1), prompt(25, 2), prompt(30, 3)
     eng = Engine(tiny_model, n_ctx=256)
@@ -339,19 +374,19 @@ def test_verify_commit_rolls_back_exactly(arch, rollback, tmp_path):
 
 def test_replay_rollback_plans_and_holds_less_memory(hybrid_model):
     """Rolling back by replay keeps each verify token's decay and beta instead of a state snapshot
-    (S·S·Hv floats a DeltaNet layer): the plan and the engine's own accounting shrink by exactly
-    that, plus a small replay scratch, and an engine without verification holds neither."""
+    (S·S·Hv floats a DeltaNet layer): the plan's recurrent state shrinks by that, its scratch moves
+    by less (a replay scratch; the verify slots' graphs keep less per token), and an engine without
+    verification holds neither."""
     hp_plan = {}
     for mode in ("snapshot", "replay"):
         hp_plan[mode] = Engine(hybrid_model, n_ctx=256, n_verify_max=8, rollback=mode).memory_plan()
     snap, rep = hp_plan["snapshot"], hp_plan["replay"]
     assert rep["recurrent"] < snap["recurrent"] / 3
-    assert rep["compute"] > snap["compute"]   # the replay graph's scratch, measured
-    assert rep["compute"] - snap["compute"] < snap["recurrent"] - rep["recurrent"]
+    assert abs(rep["compute"] - snap["compute"]) < snap["recurrent"] - rep["recurrent"]
     default = Engine(hybrid_model, n_ctx=256, n_verify_max=8).memory_plan()   # replay is the default
     assert (default["recurrent"], default["compute"]) == (rep["recurrent"], rep["compute"])
     without = Engine(hybrid_model, n_ctx=256, n_verify_max=0).memory_plan()
-    assert without["recurrent"] < rep["recurrent"] and without["compute"] <= snap["compute"]
+    assert without["recurrent"] < rep["recurrent"] and without["compute"] <= min(snap["compute"], rep["compute"])
 
 
 def test_verify_greedy_tokens_match_logits(hybrid_model):

@@ -22,16 +22,20 @@ Engine::Engine(Model & model, const luce_engine_params & params_in) : m_(model) 
 
     // A cancel also stops a CPU graph between its nodes, so a long micro-batch ends promptly.
     // Not for hybrid models: an aborted graph may have updated some layers' recurrent state.
-    runner_ = std::make_unique<GraphRunner>(m_.dev, m_.n_threads, graph_max_nodes(m_), 2, /*stop_on_cancel=*/!m_.hp.hybrid());
+    runner_ = std::make_unique<GraphRunner>(m_.dev, m_.n_threads, graph_max_nodes(m_), kVerifyKind0 + kVerifyGraphs,
+                                            /*stop_on_cancel=*/!m_.hp.hybrid());
+    for (int i = 0; i < kVerifyGraphs; ++i) verify_[size_t(i)].kind = kVerifyKind0 + i;
     kv_.allocate(m_, params_.n_ctx, cache_ggml_type(params_.type_k), cache_ggml_type(params_.type_v), params_.kv_rotation,
                  params_.n_verify_max, rollback_by_replay(m_, params_));
     if (!runner_->on_cpu() && params_.small_batch_kernels) {
-        batch_.kernels = make_small_batch_runner(runner_->backend(), params_.step_graphs, KernelScope::more_past_mmvq,
-                                                 params_.small_batch_max_tokens);
+        for (GraphSlot & s : verify_) {
+            s.kernels = make_small_batch_runner(runner_->backend(), params_.step_graphs, KernelScope::more_past_mmvq,
+                                                params_.small_batch_max_tokens);
+        }
         step_.kernels = make_small_batch_runner(runner_->backend(), params_.step_graphs, KernelScope::core_formats);
     }
     if (m_.hp.hybrid() && params_.tree_verify && params_.tree_recurrence == LUCE_TREE_RECURRENCE_NODES && !runner_->on_cpu() &&
-        !(batch_.kernels && batch_.kernels->takes_tree_nodes(m_.hp.ssm_state, 2))) {
+        !(verify_[0].kernels && verify_[0].kernels->takes_tree_nodes(m_.hp.ssm_state, 2))) {
         throw Error(LUCE_ERR_INVALID_ARG, "tree_recurrence nodes on " + m_.device_name + " needs luce's small-batch kernels "
                                           "(small_batch_kernels on, a CUDA build) and a recurrent state size of 16, 32, 64 or 128");
     }
@@ -47,7 +51,7 @@ Engine::~Engine() {
     if (path_move_alloc_) ggml_gallocr_free(path_move_alloc_);
     row_moves_.clear();
     if (move_alloc_) ggml_gallocr_free(move_alloc_);
-    batch_.kernels.reset();   // their events and streams belong to the runner's device: gone before it is
+    for (GraphSlot & s : verify_) s.kernels.reset();   // their events and streams belong to the runner's device: gone before it is
     step_.kernels.reset();
     runner_.reset();
 }
@@ -57,6 +61,13 @@ void Engine::reserve_worst_case() {
     runner_->reserve(g->gf, kBatchKind, "a batch of " + std::to_string(params_.n_batch) + " tokens (lower --max-ctx or the prefill batch)");
     auto step = build_graph(m_, kv_, {1, kv_.n_ctx, false});
     runner_->reserve(step->gf, kStepKind, "a one-token step (lower --max-ctx)");
+    const int nv = params_.n_verify_max;
+    if (nv > 1) {
+        auto verify = build_graph(m_, kv_, {nv, kv_.n_ctx, true, m_.hp.hybrid()});
+        for (const GraphSlot & s : verify_) {
+            runner_->reserve(verify->gf, s.kind, "a verify of " + std::to_string(nv) + " tokens (lower --max-ctx)");
+        }
+    }
     uint64_t compute = runner_->compute_bytes();
     if (kv_.rec.replay) {   // the replay graph's scratch, for the longest verify
         replay_alloc_ = ggml_gallocr_new(ggml_backend_dev_buffer_type(m_.dev));
@@ -73,9 +84,12 @@ void Engine::reserve_worst_case() {
         // (paths are reserved where nodes run too: a graph the runner cannot take falls back to them)
         std::vector<GraphShape> shapes = {GraphShape{nvm, kv_.n_ctx, true, true, tree_paths_max(nvm), W},
                                           GraphShape{nvm, kv_.n_ctx, true, true, 1, tree_path_rows_max(nvm)}};
-        if (tree_by_nodes(batch_, nvm)) shapes.push_back(GraphShape{nvm, kv_.n_ctx, true, true, 0, 0, true});
+        if (tree_by_nodes(verify_[0], nvm)) shapes.push_back(GraphShape{nvm, kv_.n_ctx, true, true, 0, 0, true});
         for (const GraphShape & s : shapes) {
-            runner_->reserve(build_graph(m_, kv_, s)->gf, kBatchKind, "a tree verify of " + std::to_string(nvm) + " nodes");
+            auto g = build_graph(m_, kv_, s);
+            for (const GraphSlot & slot : verify_) {
+                runner_->reserve(g->gf, slot.kind, "a tree verify of " + std::to_string(nvm) + " nodes");
+            }
         }
         compute = runner_->compute_bytes() + ggml_gallocr_get_buffer_size(replay_alloc_, 0);
         path_move_alloc_ = ggml_gallocr_new(ggml_backend_dev_buffer_type(m_.dev));
@@ -86,10 +100,11 @@ void Engine::reserve_worst_case() {
         compute += ggml_gallocr_get_buffer_size(path_move_alloc_, 0);
     }
     // measured now, plus what the small-batch kernels may hold
-    const bool kernels_take = batch_.kernels && small_batch_kernels_may_take_any(m_.ctx, KernelScope::more_past_mmvq);
-    plan_.compute = compute + (kernels_take ? 2 * small_batch_scratch_bound(matmul_width(m_.hp), params_.small_batch_max_tokens) : 0);   // a runner a slot
-    if (kv_.rec.replay && params_.tree_verify && tree_by_nodes(batch_, kv_.rec.n_verify_max) && !runner_->on_cpu()) {
-        plan_.compute += tree_nodes_stacks_bound(kv_.rec.n_verify_max, m_.hp.ssm_state, m_.hp.ssm_heads);
+    const bool kernels_take = verify_[0].kernels && small_batch_kernels_may_take_any(m_.ctx, KernelScope::more_past_mmvq);
+    const uint64_t runners = 1 + kVerifyGraphs;   // the step slot's and each verify slot's
+    plan_.compute = compute + (kernels_take ? runners * small_batch_scratch_bound(matmul_width(m_.hp), params_.small_batch_max_tokens) : 0);
+    if (kv_.rec.replay && params_.tree_verify && tree_by_nodes(verify_[0], kv_.rec.n_verify_max) && !runner_->on_cpu()) {
+        plan_.compute += kVerifyGraphs * tree_nodes_stacks_bound(kv_.rec.n_verify_max, m_.hp.ssm_state, m_.hp.ssm_heads);
     }
     update_plan_totals(plan_, runner_->on_cpu());
 }
@@ -131,7 +146,7 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify,
     logits_.invalidate();   // the logits tensor is rewritten (or freed) below: unread rows are lost
     // Decode steps and verifications run on the small-batch kernels; a short prompt stays on ggml's,
     // so it fills the cache exactly as llama.cpp would.
-    GraphSlot & slot = slot_for(n);
+    GraphSlot & slot = slot_for(n, verify);
     const bool on_kernels = (verify || decode) && slot.kernels;
     ForwardGraph * g = nullptr;
     if (parents && m_.hp.hybrid() && tree_by_nodes(slot, n)) {   // the recurrent layers run the tree's nodes
@@ -166,6 +181,22 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify,
 
     read_outputs(*g, logits_all, verify, replay_on_failure);
     tokens_.insert(tokens_.end(), toks, toks + n);
+}
+
+Engine::GraphSlot & Engine::slot_for(int n_tokens, bool verify) {
+    if (n_tokens == 1) return step_;
+    if (!verify) return batch_;
+    size_t pick = 0;   // the slot that ran this width last, else the least recently used
+    for (size_t i = 0; i < verify_.size(); ++i) {
+        const GraphSlot & s = verify_[i];
+        if (s.graph.graph && s.graph.key.shape.n_tokens == n_tokens) {
+            pick = i;
+            break;
+        }
+        if (verify_used_[i] < verify_used_[pick]) pick = i;
+    }
+    verify_used_[pick] = ++verify_uses_;
+    return verify_[pick];
 }
 
 bool Engine::tree_by_nodes(const GraphSlot & slot, int32_t n) const {

@@ -12,6 +12,8 @@
 #include "tree_nodes.h"
 #include "tree_paths.h"
 
+#include <array>
+
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 
@@ -134,11 +136,12 @@ private:
     std::vector<std::unique_ptr<ReplayGraph>> replay_graphs_;   // per k, allocated once (replay_recurrent)
     ggml_gallocr_t path_move_alloc_ = nullptr;   // the tree commit's scratch (hybrid, replay), reserved for n_verify_max
     std::vector<std::unique_ptr<PathMoveGraph>> path_moves_;    // per path length (move_recurrent_path_inputs)
-    // A graph replayed while its shape (and where it runs) repeats, in one of two slots with a
-    // scheduler (runner kind) and small-batch runner each: one-token steps (decodes, a pending
-    // token's 1-row verify) and batches (verifies, prefills). A speculative decoder alternates the
-    // two, and with one slot every switch rebuilt the graph (and on a GPU recaptured it): a plain
-    // step between speculative ones cost 3.5 against 1.1 ms on the H100 (bench/RESULTS.md).
+    // A graph replayed while its shape (and where it runs) repeats, in slots with a scheduler
+    // (runner kind) and small-batch runner each: one-token steps (decodes, a pending token's 1-row
+    // verify), prompts' batches, and verifies, kVerifyGraphs slots by width (the least recently
+    // used one taken over by a new width). A speculative decoder alternates them, and with one slot
+    // every switch rebuilt the graph (and on a GPU recaptured it): a plain step between speculative
+    // ones cost 3.5 against 1.1 ms on the H100 (bench/RESULTS.md).
     struct GraphKey {
         GraphShape shape;
         bool pieces = false;                 // built for the slot's kernels (a verify they want)
@@ -150,10 +153,17 @@ private:
         std::unique_ptr<SmallBatchRunner> kernels;   // CUDA: few-token graphs with our matmul kernels
         bool piecewise = false;              // graph runs on kernels (else on the scheduler)
     };
-    static constexpr int kBatchKind = 0, kStepKind = 1;
+    static constexpr int kBatchKind = 0, kStepKind = 1, kVerifyKind0 = 2;
     GraphSlot batch_{kBatchKind}, step_{kStepKind};
-    GraphSlot & slot_for(int n_tokens) { return n_tokens == 1 ? step_ : batch_; }
-    void reset_graphs() { batch_.graph.reset(); step_.graph.reset(); }
+    std::array<GraphSlot, kVerifyGraphs> verify_;   // kinds kVerifyKind0 + i (set in the constructor)
+    std::array<uint64_t, kVerifyGraphs> verify_used_{};   // each slot's last use (0: never)
+    uint64_t verify_uses_ = 0;
+    GraphSlot & slot_for(int n_tokens, bool verify);
+    void reset_graphs() {
+        batch_.graph.reset();
+        step_.graph.reset();
+        for (GraphSlot & s : verify_) s.graph.reset();
+    }
     // params.debug_piecewise on a CPU: every graph computes in pieces cut around its matmuls
     // (graph_views.h), which must give the scheduler's results bit for bit (tests/test_graph_pieces.py)
     bool debug_piecewise_ = false;

@@ -81,17 +81,19 @@ luce_memory_plan plan_memory(const Model & m, const luce_engine_params & params)
     const auto graph_bytes = [&](uint64_t n) {   // a graph of n tokens: activations, mask, logits
         return n * (4 * E + 3 * F + 4 * QD + 2 * KVD) * 4 + uint64_t(p.n_ctx) * n * 2 + uint64_t(hp.n_vocab) * 4;
     };
-    // the batches' graph, and the one-token steps' graph of their own (Engine's step slot)
-    uint64_t compute = graph_bytes(nb) + graph_bytes(1);
+    // the batches' graph, the one-token steps' graph of their own (Engine's step slot), and a
+    // graph of the widest verify in each verify slot
+    const uint64_t nv = uint64_t(p.n_verify_max);
+    uint64_t compute = graph_bytes(nb) + graph_bytes(1) + (nv > 1 ? kVerifyGraphs * graph_bytes(nv) : 0);
     if (!device_is_cpu(m.dev) && (ggml_is_quantized(tk) || ggml_is_quantized(tv))) compute += 2 * uint64_t(p.n_ctx) * KVD * 2;
-    // a small-batch runner's scratch for each of the two slots
-    if (!device_is_cpu(m.dev) && p.small_batch_kernels && small_batch_kernels_may_take_any(m.ctx, KernelScope::more_past_mmvq)) compute += 2 * small_batch_scratch_bound(matmul_width(hp), p.small_batch_max_tokens);
+    // a small-batch runner's scratch for the step slot and each verify slot
+    if (!device_is_cpu(m.dev) && p.small_batch_kernels && small_batch_kernels_may_take_any(m.ctx, KernelScope::more_past_mmvq)) compute += (1 + kVerifyGraphs) * small_batch_scratch_bound(matmul_width(hp), p.small_batch_max_tokens);
     if (replay) compute += replay_scratch_bound(hp, p.n_verify_max);
-    if (replay && p.tree_verify) compute += tree_scratch_bound(hp, p.n_verify_max);
-    // a tree by nodes on a GPU: the runners' state stacks
+    if (replay && p.tree_verify) compute += kVerifyGraphs * tree_scratch_bound(hp, p.n_verify_max);
+    // a tree by nodes on a GPU: the verify slots' runners' state stacks
     if (replay && p.tree_verify && !device_is_cpu(m.dev) && p.small_batch_kernels &&
         p.tree_recurrence != LUCE_TREE_RECURRENCE_PATHS && cuda::tree_recurrence_supports(hp.ssm_state)) {
-        compute += tree_nodes_stacks_bound(p.n_verify_max, hp.ssm_state, hp.ssm_heads);
+        compute += kVerifyGraphs * tree_nodes_stacks_bound(p.n_verify_max, hp.ssm_state, hp.ssm_heads);
     }
     plan.compute = compute;
     plan.outputs = uint64_t(hp.n_vocab) * 4 * nb;

@@ -21,6 +21,11 @@ inline double ms_since(clock_type::time_point t0) {
 constexpr int kCtxPad = 256;
 inline int round_up(int x, int to) { return (x + to - 1) / to * to; }
 
+// Verifies of this many widths keep a graph each (Engine's verify slots): `--spec auto` alternates
+// chains and trees of a few widths, and one graph for all rebuilt (on a GPU recaptured) it at every
+// change of mode, 7-13 ms against a 1.2 ms step (SmolLM2, H100).
+constexpr int kVerifyGraphs = 3;
+
 // A cancel requested from another thread (luce_*_cancel) stops the caller here, once.
 inline void throw_if_cancelled(std::atomic<bool> & flag) {
     if (flag.exchange(false)) throw Error(LUCE_ERR_CANCELLED, "cancelled");
