@@ -231,7 +231,7 @@ def make_runs(data, mode: str, budgets, clock: Clock):
     """Per prompt a fake engine and a speculator of `mode` ("plain", "chain", "treeB", "auto";
     "auto*": auto where plain steps and verifies of more than 5 rows cost more, so that it takes
     tree 4 nearly every step; "auto-": auto where every verify costs more, so that it decodes
-    plainly but for its probes), kept across passes."""
+    plainly but for its shadow drafts), kept across passes."""
     from luce_engine.spec_auto import AdaptiveSpeculator
     from luce_engine.speculative import ChainSpeculator
     from luce_engine.tree_speculative import TreeSpeculator

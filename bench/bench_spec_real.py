@@ -85,10 +85,10 @@ def _auto_state(spec: AdaptiveSpeculator) -> dict:
             "verify": {f"{kind}{rows}": r3(v) for (kind, rows), v in sorted(c.verify.items())},
             "inject_call": r3(c.inject_call), "inject_row": r3(c.inject_row),
             "steady_step": {x: r3(v) for x, v in c.step_ms.items()}, "switch": r3(c.switch_cost()),
-            "probe_excess": r3(c.probe_excess),
+            "shadow": r3(c.shadow),
             "acceptance": {x: r3(v) for x, v in spec.acceptance.items()},
             "predicted_ms_per_token": {x: r3(v) for x, v in spec.predictions().items()},
-            "probes": spec.n_probes, "calibrations": spec.n_calibrations}
+            "shadows": spec.n_shadows, "calibrations": spec.n_calibrations}
 
 
 def run(args) -> dict:

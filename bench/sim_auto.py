@@ -39,6 +39,11 @@ COSTS = {
         "plain": 1.14, "sample": 0.40, "draft": 0.60, "inject_call": 0.20, "inject_row": 0.003,
         "verify": {1: 1.14, 4: 1.55, 5: 1.64, 8: 1.79, 9: 3.39, 16: 3.50},
     },
+    "h100-smollm2-1207": {   # the same with luce's small-batch kernels up to 16 rows, H100, 2026-12-07
+        # (auto's own estimates in auto_check / auto_trace: its steady plain, chain and verify costs)
+        "plain": 1.20, "sample": 0.40, "draft": 0.50, "inject_call": 0.20, "inject_row": 0.003,
+        "verify": {1: 1.20, 4: 1.45, 8: 1.65, 16: 2.30},
+    },
     "cpu2-smollm2": {   # the same on 2 CPU threads of this container (2026-12-04/06: chain 0.22x plain;
         # verify rows scale like prefill, ~5 ms a row; the draft's 16-row pass with its LM head ~15 ms)
         "plain": 8.5, "sample": 0.30, "draft": 15.0, "inject_call": 0.3, "inject_row": 0.2,
@@ -98,14 +103,16 @@ class StandIn:
     tokens[p - c0]; the draft's proposals for a step starting at p are proposals[p - c0]."""
 
     def __init__(self, costs: dict, clock: Clock, rng: np.random.Generator, noise: float,
-                 cold: tuple[float, ...] = (), switch: float = 0.0, catch_up: float = 0.0):
+                 cold: tuple[float, ...] = (), switch: float = 0.0, catch_up: float = 0.0, verify_graphs: int = 3):
         self.costs, self.clock, self.rng, self.noise = costs, clock, rng, noise
         self.cold = cold                      # extra ms of a shape's first calls (graph build, capture)
-        # extra ms when the target's batch rows change: the Engine keeps a graph for one-token steps
-        # and one for batches, and rebuilds (on a GPU: and recaptures) the batch graph for another
-        # number of rows
-        self.switch, self._rows_last = switch, None
-        # extra ms of an injection of more rows than a step emits (a probe's catch-up after a plain
+        # extra ms when a verify's width has no graph kept: the Engine keeps one for one-token steps
+        # and one for each of the last `verify_graphs` widths (kVerifyGraphs; 1 before 2026-12-07),
+        # and rebuilds (on a GPU: and recaptures) one for a width it dropped (a first one is `cold`)
+        self.switch, self.verify_graphs = switch, verify_graphs
+        self._widths: list[int] = []           # kept, the most recently used last
+        self._seen: set[int] = set()
+        # extra ms of an injection of more rows than a step emits (a shadow's or a switch's catch-up after a plain
         # stretch) and of the next one: the draft keeps one injection graph (and its context grew)
         self.catch_up, self._injected_big = catch_up, False
         self._calls: collections.Counter = collections.Counter()
@@ -147,9 +154,12 @@ class StandIn:
     def _shape(self, rows: int) -> None:
         if rows == 1:   # the one-token graph: kept
             return
-        if self._rows_last is not None and rows != self._rows_last:
+        if rows in self._widths:
+            self._widths.remove(rows)
+        elif rows in self._seen:
             self.clock.spend(self.switch)
-        self._rows_last = rows
+        self._seen.add(rows)
+        self._widths = (self._widths + [rows])[-self.verify_graphs:]
 
     def step(self, sampling):
         from luce_engine.engine import StepResult
@@ -192,18 +202,19 @@ class StandIn:
 
 
 def run_mode(mode: str, traces: list[dict], costs: dict, eog: frozenset, seed: int, noise: float,
-             cold: tuple[float, ...] = (), switch: float = 0.0, catch_up: float = 0.0) -> list[tuple]:
+             cold: tuple[float, ...] = (), switch: float = 0.0, catch_up: float = 0.0,
+             verify_graphs: int = 3) -> list[tuple]:
     """(category, temperature, tokens, simulated seconds, tokens by mode) per trace, in order."""
     with clock_patched(Clock()) as clock:
-        return _run(mode, traces, costs, eog, seed, noise, clock, cold, switch, catch_up)
+        return _run(mode, traces, costs, eog, seed, noise, clock, cold, switch, catch_up, verify_graphs)
 
 
-def _run(mode, traces, costs, eog, seed, noise, clock, cold=(), switch=0.0, catch_up=0.0) -> list[tuple]:
+def _run(mode, traces, costs, eog, seed, noise, clock, cold=(), switch=0.0, catch_up=0.0, verify_graphs=3) -> list[tuple]:
     import luce_engine.spec_auto as spec_auto
     import luce_engine.speculative as speculative
     from luce_engine.sampling import Sampling
 
-    eng = StandIn(costs, clock, np.random.default_rng(seed), noise, cold, switch, catch_up)
+    eng = StandIn(costs, clock, np.random.default_rng(seed), noise, cold, switch, catch_up, verify_graphs)
     if mode == "auto":
         spec = spec_auto.AdaptiveSpeculator(eng, eng, max_draft=15, tree_budgets=())
     elif mode != "plain":
@@ -240,7 +251,7 @@ def simulate(args) -> None:
     for seed in range(args.seeds):
         for m in modes:
             for cat, temp, n, s, by_mode in run_mode(m, traces, costs, frozenset(data["eog"]), seed, args.noise,
-                                                     cold, args.switch, args.catch_up):
+                                                     cold, args.switch, args.catch_up, args.verify_graphs):
                 for key in ((m, temp, cat), (m, temp, "all")):
                     tok[key] += n
                     sec[key] += s
@@ -278,8 +289,10 @@ def main() -> None:
                    "(one batch graph kept; with one graph for everything the H100 ran a plain step after a "
                    "speculative one in 3.5 ms against 1.1)")
     s.add_argument("--catch-up", type=float, default=0.0, help="extra ms of an injection of more rows than a "
-                   "block (a probe's catch-up after plain steps) and of the injection after it (the draft's "
-                   "graphs rebuilt there and back; the H100's probes cost ~4 ms more than a steady step)")
+                   "block (a shadow's or a switch's catch-up after plain steps) and of the injection after it (the draft's "
+                   "graphs rebuilt there and back; the H100's probes, real steps after plain ones, cost ~4 ms more than a steady step)")
+    s.add_argument("--verify-graphs", type=int, default=3, help="verify widths whose graphs the Engine keeps "
+                   "(kVerifyGraphs; 1 before 2026-12-07): --switch is paid for another width")
     s.add_argument("--seeds", type=int, default=5)
     s.add_argument("--noise", type=float, default=0.05, help="sd of the log-normal noise on every cost")
     args = ap.parse_args()

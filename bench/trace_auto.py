@@ -1,5 +1,5 @@
 """Where `--spec auto`'s time goes, step by step: runs bench_spec.py's arguments with every
-AdaptiveSpeculator step timed and labelled (its mode, whether it was a probe, the previous mode, the
+AdaptiveSpeculator step timed and labelled (its mode, whether a shadow draft followed it, the previous mode, the
 target's and the draft's graph builds during it), then prints per mode and per (previous -> mode)
 switch: steps, tokens, ms per step and per token, builds. A diagnostic, not a benchmark.
 
@@ -28,13 +28,13 @@ def _traced(step):
         eng = self.engine
         before = eng.stats()["n_graph_builds"]
         d_before = _draft_builds(self)
-        probes, cals, last = self.n_probes, self.n_calibrations, self.last_mode
+        shadows, cals, last = self.n_shadows, self.n_calibrations, self.last_mode
         t0 = time.perf_counter()
         r = step(self, sampling, **kw)
         ms = (time.perf_counter() - t0) * 1e3
         mode = self.last_mode
         STEPS.append({"mode": mode, "prev": last, "ms": ms, "tokens": len(r.tokens),
-                      "probe": self.n_probes > probes, "calibrations": self.n_calibrations - cals,
+                      "shadow": self.n_shadows > shadows, "calibrations": self.n_calibrations - cals,
                       "builds": eng.stats()["n_graph_builds"] - before,
                       "draft_builds": _draft_builds(self) - d_before})
         return r
@@ -69,7 +69,7 @@ def main() -> int:
     by_mode = collections.defaultdict(list)
     by_switch = collections.defaultdict(list)
     for r in STEPS:
-        by_mode[r["mode"] + (" probe" if r["probe"] else "") + (" +cal" if r["calibrations"] else "")].append(r)
+        by_mode[r["mode"] + (" +shadow" if r["shadow"] else "") + (" +cal" if r["calibrations"] else "")].append(r)
         if r["prev"] != r["mode"]:
             by_switch[f"{r['prev']}->{r['mode']}"].append(r)
     total_ms = sum(r["ms"] for r in STEPS)

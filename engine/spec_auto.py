@@ -18,7 +18,7 @@ captures the new graph there) is the switch cost (StepCosts.switch_cost, a mean:
 it), kept apart, and auto changes mode only where the gain wins it back within SWITCH_TOKENS tokens.
 
 Acceptance, counterfactually: a step that computed the draft's per-depth top-k candidates (every
-tree step, every probe, and one chain step in CAND_EVERY, or CAND_EVERY_FAR while the trees are far
+tree step, every shadow draft, and one chain step in CAND_EVERY, or CAND_EVERY_FAR while the trees are far
 behind) keeps the
 chain (the rank-0 path) and the tree each budget would have built from them (build_tree, as
 TreeSpeculator does). Once later steps have emitted the target's continuation, each is walked
@@ -28,23 +28,19 @@ decoding's order, so the continuation is the same whichever mode emits it (up to
 rounding, which can differ between modes: then it is an approximation). A chain step without
 candidates gives the chain's own count. The estimates are EMAs (ACC_ALPHA) of these counts that
 average alike the few counts an estimate rests on (its first, or those since a count outweighed it)
-and weigh a count more the more tokens have passed since the last one (ACC_HALF_LIFE): a probe after
+and weigh a count more the more tokens have passed since the last one (ACC_HALF_LIFE): a shadow after
 a plain stretch measures today's text (see _acc_weight).
 
-Plain vs speculation: while plain wins, only a speculative step can tell that the text has become
-predictable. A probe (one step of the best speculative mode, with candidates) comes after `gap`
-plain steps; gap starts at PROBE_GAP0, doubles after each probe that leaves plain ahead (up to
-PROBE_GAP_MAX) and is never less than the probe's predicted loss over PROBE_SHARE of a plain step,
-so probes cost at most PROBE_SHARE of the decode time (a probe's loss counts its measured excess
-over a steady step of its mode and the switch back; before any probe ran, two switches and the
-catch-up injection's estimate). While
-speculation wins, COLD_RUNS steps in PLAIN_CHECK_EVERY are plain, so that plain's steady cost
-stays measured too. Acceptance swings from step to step: the
-cap keeps cheap probes frequent, so that a dip that sent auto to plain does not keep it there
-(bench/sim_auto.py measures the policy on recorded acceptance and a device's costs). A probe
-still emits its tokens. It feeds the draft the features of at most PROBE_CONTEXT of the positions
-decoded plainly since the last speculative step (the draft masks positions it was never given), so
-its cost stays bounded too.
+Plain vs speculation: while plain wins, a shadow draft now and then keeps every mode's count
+current without leaving plain: after a plain step, the draft pass alone from there (the draft fed
+the positions decoded plainly since its last pass, at most SHADOW_CONTEXT of them), nothing
+verified; its record resolves on plain's own continuation like any other. Shadows come every
+`gap` plain steps, gap at least SHADOW_GAP_MIN and at least a shadow's measured cost over
+SHADOW_SHARE of a plain step, so they cost at most SHADOW_SHARE of the decode time. (A probe, one
+real speculative step after a plain stretch, measured the same count at the price of two switches
+of the target's graphs: ~10 ms against a 1.2 ms step on the H100, so probes came hundreds of steps
+apart and one unlucky count kept auto plain; bench/RESULTS.md.) While speculation wins, COLD_RUNS
+steps in PLAIN_CHECK_EVERY are plain, so that plain's steady cost stays measured too.
 
 Exactness: a plain step is Engine.step (or, with the target's last choice x0 pending after a
 speculative step, the one-row verify of x0 that Engine.step would have decoded), a speculative step
@@ -74,7 +70,7 @@ AUTO_CHAIN_LENGTHS = (3, 7)
 PLAIN, CHAIN = "plain", "chain"
 ACC_ALPHA = 0.1          # weight of the newest acceptance count (bench/sim_auto.py: 0.2 left on dips)
 ACC_HALF_LIFE = 128       # ... at least 1 - 0.5 ** (tokens since the last count / this): old counts fade
-INJECT_ALPHA = 0.05      # ... of an injection in the fit of its cost (sizes vary: probes are large)
+INJECT_ALPHA = 0.05      # ... of an injection in the fit of its cost (sizes vary: catch-ups are large)
 SPIKE = 3.0              # an injection's cost moves its line by at most this many times
 # A cost is a low quantile of its last runs, not a mean: slow runs are outliers one way (a graph
 # built for a new shape, or on a GPU captured as a CUDA graph, each many times a 1 ms step; another
@@ -87,9 +83,12 @@ COLD_RUNS = 3            # a shape's first runs: build, capture, replay (auto's 
 # H100: 1.24 ms at 1, 2.32 at 16, 4.11 at 33, above the 2.93 this share bounds); the plain bound alone
 # let auto calibrate trees of 23 and 33 rows that could not win (3 runs of 94 and 131 ms on the CPU)
 VERIFY_GROWTH_FLOOR = 0.5
-PROBE_SHARE = 0.01       # probes' loss as a share of the plain decode time, at most (see decisions.md)
-PROBE_GAP0, PROBE_GAP_MAX = 16, 32   # the share bound, not this cap, spaces out costly probes
-PROBE_CONTEXT = 256      # a probe feeds the draft at most this many of the positions decoded plainly
+SHADOW_SHARE = 0.02      # shadow drafts' cost as a share of the plain decode time, at most
+# ... and a quarter of it while every speculative mode is predicted SHADOW_FAR times plain's ms per
+# token or more (a CPU: the chains at 0.4-0.5x plain), where a count would have to move far to matter
+SHADOW_FAR = 1.5
+SHADOW_GAP_MIN = 16      # plain steps between shadows, at least (a record resolves within a block)
+SHADOW_CONTEXT = 256     # a step after plain ones feeds the draft at most this many of their positions
 # ... and the other way: while speculation wins, COLD_RUNS plain steps in this many speculative ones
 # keep plain's steady cost measured (a switch costs a graph rebuild: checks are rare). Not two: after
 # a speculative stretch the one-token graph may be rebuilt (the cache grew past a 256-cell bucket) and,
@@ -141,13 +140,12 @@ class StepCosts:
         self.switch = 0.0
         # Whole steps, start to end (the choice, injection, draft, verify, commit, bookkeeping): each
         # mode's steady step (a low quantile, as above), and the mean excess over it of the steps
-        # that follow another mode (switch_step) or a plain stretch (probe_excess: the switch in,
-        # the catch-up injection, the draft's graphs for it). Every such step pays these, so they
-        # are means, not low quantiles: on the H100 a probe's parts priced it at a few ms while
-        # auto's probes at T = 0.7 took ~6 ms each against a 1.5 ms plain step (bench/RESULTS.md).
+        # that follow another mode (switch_step: the target's graphs for the new rows, the catch-up
+        # injection). Every switch pays it, so it is a mean, not a low quantile: on the H100 a
+        # switch's parts priced it at a few ms while whole steps took ~6 ms more (bench/RESULTS.md).
         self.step_ms: dict[str, float] = {}
         self.switch_step: float | None = None
-        self.probe_excess: float | None = None
+        self.shadow: float | None = None   # a shadow draft (injection and draft pass): a mean, as above
         self._after_switch: tuple | None = None   # (mode, key, first step's excess, steady step)
 
     def _window(self, key, ms: float) -> collections.deque:
@@ -167,32 +165,28 @@ class StepCosts:
         """The ms a switch of mode costs: whole steps' excess once measured, else the verify's."""
         return self.switch_step if self.switch_step is not None else self.switch
 
-    def observe_step(self, mode: str, ms: float, *, switched: bool, probe: bool,
-                     expected: float | None = None) -> None:
+    def observe_step(self, mode: str, ms: float, *, switched: bool, expected: float | None = None) -> None:
         """A whole step's ms. A steady one (its mode ran the step before) updates the mode's steady
-        step; a switch's or a probe's excess over it (before the mode has run steadily, over
-        `expected`, its parts' estimates) is the switch or the probe cost, with the excess of the
-        next step if it is of the same mode: ggml-cuda runs a changed graph directly once, then
-        captures it, so a GPU's switch costs two steps."""
+        step; a switch's excess over it (before the mode has run steadily, over `expected`, its
+        parts' estimates) is the switch cost, with the excess of the next step if it is of the same
+        mode: ggml-cuda runs a changed graph directly once, then captures it, so a GPU's switch
+        costs two steps."""
         pending, self._after_switch = self._after_switch, None
-        if pending is not None:   # the step after a switch or a probe: (mode, key, its excess, steady)
-            p_mode, key, excess, base = pending
-            if p_mode == mode and not switched and not probe:
-                self._record_excess(key, excess + max(0.0, ms - base))
+        if pending is not None:   # the step after a switch: (mode, its excess, steady)
+            p_mode, excess, base = pending
+            if p_mode == mode and not switched:
+                self.switch_step = self._mean("switch step", excess + max(0.0, ms - base))
                 return
-            self._record_excess(key, excess)
-        if not switched and not probe:
+            self.switch_step = self._mean("switch step", excess)
+        if not switched:
             self.step_ms[mode] = self._update(("step", mode), ms)
             return
         base = self.step_ms.get(mode, expected)
         if base is not None:
-            self._after_switch = (mode, "probe excess" if probe else "switch step", max(0.0, ms - base), base)
+            self._after_switch = (mode, max(0.0, ms - base), base)
 
-    def _record_excess(self, key: str, ms: float) -> None:
-        if key == "probe excess":
-            self.probe_excess = self._mean(key, ms)
-        else:
-            self.switch_step = self._mean(key, ms)
+    def observe_shadow(self, ms: float) -> None:
+        self.shadow = self._mean("shadow", ms)
 
     def _steady(self, key, old: float | None, ms: float, switched: bool) -> float:
         """A step's measurement: a steady one (the mode ran the step before) updates the estimate; a
@@ -298,7 +292,8 @@ class FixedCosts(StepCosts):
     def observe_draft(self, kind, ms): pass
     def observe_inject(self, rows, ms): pass
     def observe_verify(self, kind, rows, ms, *, calibration=False, switched=False): pass
-    def observe_step(self, mode, ms, *, switched, probe, expected=None): pass
+    def observe_step(self, mode, ms, *, switched, expected=None): pass
+    def observe_shadow(self, ms): pass
     def draft_settled(self, kind): return True
 
 
@@ -384,14 +379,17 @@ class AdaptiveSpeculator(ChainSpeculator):
         self.resolved: collections.deque = collections.deque(maxlen=256)   # (c, mode, count), the latest
         self.mode_steps: collections.Counter = collections.Counter()  # mode -> steps run (all replies)
         self.reply_tokens: collections.Counter = collections.Counter()   # mode -> tokens of this reply
-        self.n_probes = self.n_calibrations = 0
+        self.n_shadows = self.n_calibrations = 0
         self.last_mode: str | None = None
         self.last_tree: Tree | None = None
-        self._gap, self._plain_run, self._spec_run, self._checks_left = PROBE_GAP0, 0, 0, 0
+        self._spec_run, self._checks_left = 0, 0
+        self._plain_ahead = False   # this step is plain because plain wins (shadows may follow it)
+        self._since_record = 0      # plain steps since the last step that made a record
         self._plain_weighed: float | None = None   # plain's cost when the weighing last chose plain
         self._unweighed = 0                          # plain steps since then that skipped it
         self._since_candidates = CAND_EVERY
         self._trees_far = False   # at the last weighing, every tree TREE_FAR behind the best chain
+        self._spec_far = False    # ... every speculative mode SHADOW_FAR behind plain
         self._records: list[_Record] = []
         self._truth: dict[int, int] = {}           # context position -> the target's token there
         self._expect_at = -1                        # n_past after the last step
@@ -430,24 +428,29 @@ class AdaptiveSpeculator(ChainSpeculator):
             self.reply_tokens.clear()
             self.last_mode = None            # a prefill ran since: the next step is a switch
         prev, calibrations = self.last_mode, self.n_calibrations
-        mode, probe = self.choose()
-        self.n_probes += probe
+        self._plain_ahead = False
+        mode = self.choose()
         # the parts' price of the step, where the mode has no steady step measured to compare with
         expected = None if mode in self.costs.step_ms else self._expected_step(mode)
         if mode == PLAIN:
             r = self._plain_step(sampling)
+            self._since_record += 1
         else:
-            r = self._spec_step(mode, sampling, max_emit, stop_ids, probe)
+            r = self._spec_step(mode, sampling, max_emit, stop_ids)
+            self._since_record = 0
         # a reply's first step and a calibration's are neither steady nor a switch between modes
         if prev is not None and self.n_calibrations == calibrations:
             self.costs.observe_step(mode, (time.perf_counter() - t_start) * 1e3, switched=prev != mode,
-                                    probe=probe, expected=expected)
+                                    expected=expected)
         self.last_mode = mode
         self.mode_steps[mode] += 1
         self.reply_tokens[mode] += len(r.tokens)
         self._tokens_seen += len(r.tokens)
         self._expect_at = eng.n_past
         self._resolve()
+        if self._plain_ahead and self._since_record >= self._shadow_gap() and r.tokens[0] not in stop_ids \
+                and (max_emit is None or max_emit > self.max_draft):
+            self._shadow(r.tokens[0], eng.n_past - 1)
         return r
 
     # -- choosing ---------------------------------------------------------------------------------
@@ -490,25 +493,25 @@ class AdaptiveSpeculator(ChainSpeculator):
             out[m] = _per_token(draft[draft_kind], costs.verify_ms(kind, rows), call, row, acc.get(m))
         return out
 
-    def choose(self) -> tuple[str, bool]:
-        """This step's mode and whether it is a probe (a speculative step while plain is ahead)."""
+    def choose(self) -> str:
+        """This step's mode."""
         if self.max_draft == 0:
-            return PLAIN, False
+            return PLAIN
         if self._plain_unchanged():   # set only by a weighing, after start-up and checks
             self._unweighed += 1
-            self._plain_run += 1
-            return PLAIN, False
+            self._plain_ahead = True
+            return PLAIN
         self._plain_weighed, self._unweighed = None, 0
         costs, warm = self.costs, self.costs.warmup_runs
         # Start-up, once per speculator: the first chain and plain steps measure their costs.
         if self._draft_ms(CHAIN) is None or costs.verify_ms(CHAIN, self._rows(CHAIN)) is None \
                 or self.mode_steps[CHAIN] < warm:
-            return CHAIN, False
+            return CHAIN
         if costs.plain is None or self.mode_steps[PLAIN] < warm:
-            return PLAIN, False
+            return PLAIN
         if self._checks_left > 0:
             self._checks_left -= 1
-            return PLAIN, False
+            return PLAIN
         pred = self.predictions()
         known = [v for v in pred.values() if v is not None]
         best_known = min(known)
@@ -522,45 +525,63 @@ class AdaptiveSpeculator(ChainSpeculator):
                 pred[m] = self.predict(m)
         spec = {m: v for m, v in pred.items() if m != PLAIN and v is not None}
         if not spec:   # no acceptance known yet (its records resolve a step later)
-            return CHAIN, False
+            return CHAIN
         chains = [v for m, v in spec.items() if self._is_chain(m)]
         trees = [v for m, v in spec.items() if m in self.budgets]
         self._trees_far = bool(chains and trees) and len(trees) == len(self.budgets) and min(trees) >= TREE_FAR * min(chains)
         best_spec = min(spec, key=spec.get)
+        self._spec_far = spec[best_spec] >= SHADOW_FAR * pred[PLAIN]
         best_spec = self._stay(best_spec, spec)
         if spec[best_spec] < pred[PLAIN] and not self._stays_plain(spec[best_spec], pred[PLAIN]):
-            self._gap, self._plain_run = PROBE_GAP0, 0
             self._spec_run += 1
             if self._spec_run >= PLAIN_CHECK_EVERY:   # plain's cost is measured only when it runs
                 self._spec_run, self._checks_left = 0, COLD_RUNS - 1
-                return PLAIN, False
-            return best_spec, False
+                return PLAIN
+            return best_spec
         self._spec_run = 0
-        self._plain_run += 1
-        if self._plain_run < self._gap:
-            self._plain_weighed = pred[PLAIN]
-            return PLAIN, False
-        # a probe: its loss against plain, bounded to PROBE_SHARE of the plain time between probes
-        self._plain_run = 0
-        emitted = 1 + self.acceptance[best_spec]
-        catch_up = costs.inject_ms(min(self.engine.n_past - self._injected, PROBE_CONTEXT))
-        if costs.probe_excess is not None:   # measured: the probe's own excess, then the way back
-            extra = costs.probe_excess + costs.switch_cost()
-        else:
-            extra = catch_up + 2 * costs.switch_cost()
-        loss = max(0.0, (spec[best_spec] - pred[PLAIN]) * emitted) + extra
-        self._gap = max(min(2 * self._gap, PROBE_GAP_MAX), math.ceil(loss / (PROBE_SHARE * pred[PLAIN])))
-        return best_spec, True
+        self._plain_weighed = pred[PLAIN]
+        self._plain_ahead = True
+        return PLAIN
 
     def _plain_unchanged(self) -> bool:
         """Whether this step may stay plain without weighing the modes: the last step was plain by
         the weighing's choice, no acceptance count is pending (records resolve within a block of
-        the last speculative step), plain is no dearer than it was then, no probe is due, and fewer
-        than PLAIN_REWEIGH steps skipped it (a cheaper plain can only keep plain ahead; the other
-        costs move only when their modes run)."""
+        the step that made them), plain is no dearer than it was then, and fewer than PLAIN_REWEIGH
+        steps skipped it (a cheaper plain can only keep plain ahead; the other costs move only when
+        their modes run)."""
         return (self._plain_weighed is not None and self.last_mode == PLAIN and not self._records
-                and self._unweighed < PLAIN_REWEIGH and self._plain_run + 1 < self._gap
+                and self._unweighed < PLAIN_REWEIGH
                 and self.costs.plain is not None and self.costs.plain <= self._plain_weighed)
+
+    def _shadow_gap(self) -> int:
+        """Plain steps between shadow drafts: their measured cost, at most SHADOW_SHARE of plain's
+        (a quarter of it while speculation is far behind)."""
+        plain, shadow = self.costs.plain, self.costs.shadow
+        if not plain or shadow is None:
+            return SHADOW_GAP_MIN
+        share = SHADOW_SHARE / 4 if self._spec_far else SHADOW_SHARE
+        return max(SHADOW_GAP_MIN, math.ceil(shadow / (share * plain)))
+
+    def _shadow(self, x0: int, c: int) -> None:
+        """A shadow draft after the plain step that decoded x0 at position c: what a speculative step
+        there would have drafted, recorded for the counterfactual walks; nothing verified."""
+        n_depth = min(self.max_draft, self.engine.n_ctx - c - 1)
+        if n_depth < self.max_draft:
+            return
+        t0 = time.perf_counter()
+        self._injected = max(self._injected, c - SHADOW_CONTEXT)
+        before = self._injected
+        self._inject_up_to(c)
+        t_inj = time.perf_counter()
+        self.costs.observe_inject(c - before, (t_inj - t0) * 1e3)
+        if self._chain_kind == "candidates" or self.budgets:
+            self._candidates_step(CHAIN, x0, c, n_depth, self.engine.n_ctx - c - 1, full=True)
+        else:
+            drafts = [int(t) for t in self.drafter.draft(x0, c)[:n_depth]]
+            self._records.append(_Record(c, drafts, None, {}, self.chains, self._tokens_seen))
+        self.costs.observe_shadow((time.perf_counter() - t0) * 1e3)
+        self.n_shadows += 1
+        self._since_record = 0
 
     def _stay(self, best: str, spec: dict[str, float]) -> str:
         """The speculative mode of the last step while the best one would not win back the switch
@@ -635,11 +656,11 @@ class AdaptiveSpeculator(ChainSpeculator):
         self._record(0, 0, t0, t0, t1)
         return StepResult(tokens, [False], decode_ms=(t1 - t0) * 1e3)
 
-    def _spec_step(self, mode: str, sampling: Sampling, max_emit, stop_ids, probe: bool):
+    def _spec_step(self, mode: str, sampling: Sampling, max_emit, stop_ids):
         from luce_engine.engine import StepResult
 
         eng = self.engine
-        explore = probe or self.mode_steps[mode] < self.costs.warmup_runs
+        explore = self.mode_steps[mode] < self.costs.warmup_runs
         native, c, x0, n_depth = self._begin(sampling, max_emit, stop_ids)
         self._truth[c] = x0
         room = eng.n_ctx - c - 1   # every tree node takes a cache row
@@ -648,8 +669,8 @@ class AdaptiveSpeculator(ChainSpeculator):
         t0 = time.perf_counter()
         tree = None   # nothing drafted: the root alone
         if n_depth > 0 and (is_chain or budget > 0):
-            if probe:   # the positions decoded plainly, fed to the draft up to a bound (the rest it never sees)
-                self._injected = max(self._injected, c - PROBE_CONTEXT)
+            # after plain steps, their positions are fed to the draft up to a bound (the rest it never sees)
+            self._injected = max(self._injected, c - SHADOW_CONTEXT)
             before = self._injected
             self._inject_up_to(c)
             t_inj = time.perf_counter()
@@ -744,9 +765,9 @@ class AdaptiveSpeculator(ChainSpeculator):
 
     def _acc_weight(self, mode: str, at: int) -> float:
         """The weight of a new count in the mode's estimate: ACC_ALPHA between steps close together;
-        more the more tokens passed since the last count (a probe after a plain stretch: the text it
+        more the more tokens passed since the last count (a shadow after a plain stretch: the text it
         measures is today's, the estimate's is old); and while the estimate rests on few counts in
-        effect (the first ones, or a probe's that outweighed the old), their mean: a lucky count
+        effect (the first ones, or a shadow's that outweighed the old), their mean: a lucky count
         that sent auto to speculate is then averaged with the next steps' rather than fading at
         ACC_ALPHA a step."""
         gap = max(0, at - self._acc_at.get(mode, at))

@@ -343,7 +343,7 @@ def test_a_new_capture_is_read_after_the_old_one_is_freed(tmp_path, targets):
 
 
 def test_injections_of_every_size_in_turn_keep_their_graphs_right(tmp_path, targets):
-    """A step's injections (up to B rows) and longer ones (a prompt's, a probe's catch-up) keep a
+    """A step's injections (up to B rows) and longer ones (a prompt's, a catch-up after plain steps) keep a
     graph each; a GPU pads a shorter long one into the graph it has (30 positions into the 70's
     128 rows). Drafts after each equal those of host features injected in the same pieces."""
     from luce_engine import Engine

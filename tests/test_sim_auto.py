@@ -55,8 +55,24 @@ def test_auto_speculates_where_drafts_pay_and_not_where_they_do_not():
     assert sum(r[4]["plain"] for r in bad) > 0.9 * sum(r[2] for r in bad)
 
 
+def test_a_verify_of_a_width_without_a_kept_graph_pays_the_switch():
+    """--switch: the Engine keeps a graph for each of the last --verify-graphs verify widths (and
+    the one-token steps'); a width it dropped pays the rebuild, a first one is --cold's."""
+    from bench.sim_clock import Clock
+
+    for kept, want in [(3, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]), (1, [0, 0, 0, 2, 2, 0, 0, 2, 0, 0, 2])]:
+        clock = Clock()
+        eng = sim_auto.StandIn(COSTS, clock, np.random.default_rng(0), 0.0, switch=2.0, verify_graphs=kept)
+        spent = []
+        for rows in (8, 4, 1, 8, 4, 4, 1, 8, 16, 3, 4):   # with 3 kept, 3 drops 4 (8 and 16 stay)
+            t0 = clock.t
+            eng._shape(rows)
+            spent.append(round((clock.t - t0) * 1e3, 6))
+        assert spent == want, kept
+
+
 def test_a_catch_up_injection_and_the_one_after_it_pay_the_rebuild():
-    """--catch-up: an injection of more rows than a block (a probe's, after plain steps) and the next
+    """--catch-up: an injection of more rows than a block (a catch-up after plain steps) and the next
     one (back to a block's rows) each pay the draft's graph rebuild; steady injections do not."""
     from bench.sim_clock import Clock
 

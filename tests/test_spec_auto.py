@@ -16,7 +16,7 @@ import pytest
 from luce_engine import Engine, Model, Sampling
 from luce_engine.ddtree import build_tree, chain_tree, top_candidates
 from luce_engine import spec_auto
-from luce_engine.spec_auto import (CAND_EVERY, CAND_EVERY_FAR, PLAIN_REWEIGH, ACC_ALPHA, ACC_HALF_LIFE, CHAIN, PLAIN, PROBE_GAP_MAX, AdaptiveSpeculator, FixedCosts, StepCosts,
+from luce_engine.spec_auto import (CAND_EVERY, CAND_EVERY_FAR, PLAIN_REWEIGH, ACC_ALPHA, ACC_HALF_LIFE, CHAIN, PLAIN, SHADOW_GAP_MIN, SHADOW_SHARE, AdaptiveSpeculator, FixedCosts, StepCosts,
                                    _depth_within, _Record)
 from luce_engine.tree_speculative import draft_candidates
 from reference import DEVICE, EXACT_TREE_NODES, THREADS, TINY_HEAD_DIM, TINY_WEIGHTS
@@ -69,7 +69,7 @@ class Scheduled(AdaptiveSpeculator):
         self._cycle = itertools.cycle([m for m in self.schedule if m in self.modes])
 
     def choose(self):
-        return next(self._cycle), False
+        return next(self._cycle)
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen3"])
@@ -251,20 +251,18 @@ def test_chain_steps_take_candidates_rarely_while_the_trees_are_far_behind(dense
     assert chain_steps / every - 2 <= drafter.n_candidates <= chain_steps / every + 6
 
 
-def test_zero_acceptance_settles_on_plain_with_rare_probes(dense):
+def test_zero_acceptance_settles_on_plain_with_shadow_drafts_alone(dense):
+    """Where nothing is accepted auto decodes plainly, and keeps the counts current with a shadow
+    draft (the draft pass, nothing verified) every SHADOW_GAP_MIN plain steps or more: no
+    speculative step after the start-up's."""
     p = prompt(24, 5)
     plain, truth = plain_truth(dense, p, 200)
-    got, spec, _ = run(dense, p, 200, drafter=Oracle(truth, 0, missing_from=1), costs=CHEAP)
-    same_as_plain(dense, p, got, plain)
-    spec_steps = spec.stats.n_steps - spec.mode_steps[PLAIN]
-    # cheap probes come every PROBE_GAP_MAX plain steps at the most
-    assert spec.mode_steps[PLAIN] >= 190 and 1 <= spec.n_probes <= 200 // PROBE_GAP_MAX + 2
-    assert spec_steps <= 1 + spec.n_probes
-    assert all(a == 0 for a in spec.acceptance.values())
-    # where speculation costs more than it can gain, probes are further apart (<= 1% of the time)
-    got, spec, _ = run(dense, p, 200, drafter=Oracle(truth, 0, missing_from=1), costs=DEAR)
-    same_as_plain(dense, p, got, plain)
-    assert spec.n_probes <= 1
+    for costs in (CHEAP, DEAR):
+        got, spec, _ = run(dense, p, 200, drafter=Oracle(truth, 0, missing_from=1), costs=costs)
+        same_as_plain(dense, p, got, plain)
+        assert spec.stats.n_steps - spec.mode_steps[PLAIN] <= 1 and spec.mode_steps[PLAIN] >= 195
+        assert 200 // SHADOW_GAP_MIN - 2 <= spec.n_shadows <= 200 // SHADOW_GAP_MIN + 1
+        assert all(a == 0 for a in spec.acceptance.values()) and spec.n_samples[CHAIN] >= spec.n_shadows - 1
 
 
 class CountedWeighing(AdaptiveSpeculator):
@@ -280,7 +278,7 @@ class CountedWeighing(AdaptiveSpeculator):
 def test_a_plain_stretch_weighs_the_modes_only_when_something_changed(dense):
     """With plain ahead and nothing new (no acceptance count pending, plain's cost steady), a plain
     step skips the weighing (~20 µs of Python, 1-2% of a GPU's plain step) but for one step in
-    PLAIN_REWEIGH, and makes the choices the weighing would have: the same modes and probes."""
+    PLAIN_REWEIGH, and makes the choices the weighing would have: the same modes and shadows."""
     p = prompt(24, 5)
     plain, truth = plain_truth(dense, p, 200)
     runs = {}
@@ -291,17 +289,17 @@ def test_a_plain_stretch_weighs_the_modes_only_when_something_changed(dense):
             got, spec, _ = run(dense, p, 200, drafter=Oracle(truth, 0, missing_from=1), costs=CHEAP,
                                cls=CountedWeighing, on_step=lambda s, r, c: steps.append((s.last_mode, r.tokens)))
         same_as_plain(dense, p, got, plain)
-        runs[reweigh] = (steps, spec.n_probes, spec.n_weighed, spec.mode_steps[PLAIN])
-    (fast, probes, weighed, n_plain), (slow, slow_probes, slow_weighed, _) = runs[PLAIN_REWEIGH], runs[0]
-    assert fast == slow and probes == slow_probes
+        runs[reweigh] = (steps, spec.n_shadows, spec.n_weighed, spec.mode_steps[PLAIN])
+    (fast, shadows, weighed, n_plain), (slow, slow_shadows, slow_weighed, _) = runs[PLAIN_REWEIGH], runs[0]
+    assert fast == slow and shadows == slow_shadows > 0
     assert slow_weighed >= n_plain - 10
-    # a weighing every PLAIN_REWEIGH + 1 plain steps, and around each probe while its counts resolve
-    assert weighed <= n_plain / (PLAIN_REWEIGH + 1) + probes * (B + 2) + 10
+    # a weighing every PLAIN_REWEIGH + 1 plain steps, and after each shadow while its counts resolve
+    assert weighed <= n_plain / (PLAIN_REWEIGH + 1) + shadows * (B + 2) + 10
 
 
 def test_a_change_of_content_switches_modes_mid_reply(dense):
     """Acceptance high, then zero from a position on: auto speculates, then decodes plainly; and
-    the other way round, a probe notices when drafts start to be accepted."""
+    the other way round, a shadow draft notices when drafts start to be accepted."""
     p = prompt(24, 6)
     plain, truth = plain_truth(dense, p, 200)
     modes = []
@@ -548,7 +546,7 @@ class ScheduledReference(ReferenceAuto):
         self._cycle = itertools.cycle([m for m in Scheduled.schedule if m in self.modes])
 
     def choose(self):
-        return next(self._cycle), False
+        return next(self._cycle)
 
 
 # trees within 10% of the chain or better, plain dear: choices move with the acceptance
@@ -582,7 +580,8 @@ def test_auto_makes_the_choices_and_trees_of_the_straightforward_bookkeeping(den
             seen[c_] = (steps, list(spec.resolved), dict(spec.acceptance), dict(spec.n_samples), drafter.k_asked)
         new, ref = seen[cls], seen[ref_cls]
         assert new[:4] == ref[:4]
-        assert len({m for _, m, _, _ in new[0]}) >= (3 if cls is AdaptiveSpeculator else 5)
+        # (random drafts, boost 0: plain wins and shadow drafts alone keep the counts, no tree runs)
+        assert len({m for _, m, _, _ in new[0]}) >= (5 if cls is Scheduled else 3 if boost else 2)
         # the draft is asked for the largest budget's candidates where every budget's tree is recorded,
         # for the step's own budget only where nothing is recorded (the reply's last, shorter steps)
         assert max(BUDGETS) in new[4] and set(new[4]) <= {1, *BUDGETS}
@@ -610,8 +609,8 @@ def test_predictions_are_predict_per_mode(dense):
 @pytest.mark.parametrize("call, row", [(0.2, 0.003), (0.0, 0.2), (1.5, 0.05)])
 def test_injection_costs_fit_a_call_and_a_row_part(call, row):
     """An injection of n positions costs about call + n * row: a GPU's mostly the call (one graph
-    whatever the rows), a CPU's the rows. Priced per row alone, a GPU's 256-row probe catch-up
-    looked 80x dearer than it was, and probes came hundreds of steps apart."""
+    whatever the rows), a CPU's the rows. Priced per row alone, a GPU's 256-row catch-up after a
+    plain stretch looked 80x dearer than it was."""
     costs = StepCosts()
     rng = np.random.default_rng(1)
     for rows in [1, 2, 3, 1, 2, 256, 1, 3, 2, 64, 1, 2] * 4:
@@ -696,57 +695,68 @@ def test_a_mode_stays_unless_the_other_wins_back_the_switch():
     assert spec._stays_plain(0.98, 1.0) and not spec._stays_plain(0.6, 1.0)
 
 
-def test_whole_steps_price_switches_and_probes_by_their_mean_excess():
-    """A whole step's time (injection, draft graphs, verify, bookkeeping) after another mode, or
-    after a plain stretch (a probe), costs more than a steady step of its mode in every such step:
-    those excesses are means, not low quantiles, and take in the next step's too where it is of the
-    same mode (ggml-cuda runs a changed graph directly once, then captures it). The steady step stays
-    a low quantile of the steady steps."""
+def test_whole_steps_price_switches_by_their_mean_excess():
+    """A whole step's time (injection, draft graphs, verify, bookkeeping) after another mode costs
+    more than a steady step of its mode in every such step: that excess is a mean, not a low
+    quantile, and takes in the next step's too where it is of the same mode (ggml-cuda runs a
+    changed graph directly once, then captures it). The steady step stays a low quantile of the
+    steady steps."""
     costs = StepCosts()
     costs.switch = 0.3   # the verify's own view of a switch, until whole steps are measured
     assert costs.switch_cost() == 0.3
     for ms in (2.5, 2.4, 9.0, 2.5):   # steady chain steps (one slow outlier)
-        costs.observe_step("chain7", ms, switched=False, probe=False)
+        costs.observe_step("chain7", ms, switched=False)
     assert costs.step_ms["chain7"] == 2.4
-    costs.observe_step("chain7", 5.4, switched=True, probe=False)    # 3 ms over, then the capture's 1
+    costs.observe_step("chain7", 5.4, switched=True)    # 3 ms over, then the capture's 1
     assert costs.switch_cost() == 0.3
-    costs.observe_step("chain7", 3.4, switched=False, probe=False)
+    costs.observe_step("chain7", 3.4, switched=False)
     assert costs.switch_cost() == pytest.approx(4.0) and costs.step_ms["chain7"] == 2.4
-    costs.observe_step("chain7", 4.4, switched=True, probe=False)    # 2 ms over, then another mode
-    costs.observe_step("tree4", 5.0, switched=True, probe=False, expected=3.0)   # never run steadily
+    costs.observe_step("chain7", 4.4, switched=True)    # 2 ms over, then another mode
+    costs.observe_step("tree4", 5.0, switched=True, expected=3.0)   # never run steadily: over its parts
     assert costs.switch_cost() == pytest.approx((4.0 + 2.0) / 2)
-    costs.observe_step("chain7", 12.4, switched=True, probe=True)    # a probe: its catch-up injection
-    assert costs.switch_cost() == pytest.approx((4.0 + 2.0 + 2.0) / 3) and costs.probe_excess is None
-    costs.observe_step(PLAIN, 1.1, switched=True, probe=False)       # back to plain, not run steadily yet
-    assert costs.probe_excess == pytest.approx(10.0)
-    costs.observe_step("chain7", 8.4, switched=True, probe=True)
-    costs.observe_step("chain7", 2.4, switched=False, probe=False)   # the probe won: the mode goes on
-    assert costs.probe_excess == pytest.approx((10.0 + 6.0) / 2)
+    costs.observe_step(PLAIN, 1.1, switched=True)
+    assert costs.switch_cost() == pytest.approx((4.0 + 2.0 + 2.0) / 3)
 
 
-def _plain_ahead(probe_excess):
-    """auto where plain wins (the chain accepts nothing), choosing 2,000 steps; its probes counted."""
-    costs = FixedCosts(plain=1.0, draft={"chain": 0.5, "candidates": 0.9}, verify={(CHAIN, 16): 1.9})
-    costs.probe_excess = probe_excess
-    spec = AdaptiveSpeculator(SimpleNamespace(n_ctx=4096, n_past=100, n_verify_max=16, model=SimpleNamespace(arch="llama")),
-                              SimpleNamespace(draft=None, capture_layers=(), block_size=16), tree_budgets=(),
-                              chain_lengths=(), costs=costs)
+class _Shadows(AdaptiveSpeculator):
+    """auto without an engine: a plain step emits token 1, a shadow costs what the test says."""
+
+    shadow_ms = 0.0
+
+    def _plain_step(self, sampling):
+        self.engine.n_past += 1
+        return SimpleNamespace(tokens=[1])
+
+    def _shadow(self, x0, c):
+        self.costs.shadow = self.shadow_ms
+        self.n_shadows += 1
+        self._since_record = 0
+
+
+def _shadows_in_plain_stretch(shadow_ms, verify_ms):
+    """auto where plain wins (the chain accepts nothing), 2,000 steps; its shadow drafts counted."""
+    costs = FixedCosts(plain=1.0, draft={"chain": 0.2, "candidates": 0.9}, verify={(CHAIN, 16): verify_ms})
+    eng = SimpleNamespace(n_ctx=4096, n_past=100, n_verify_max=16, model=SimpleNamespace(arch="llama"))
+    spec = _Shadows(eng, SimpleNamespace(draft=None, capture_layers=(), block_size=16, reset=lambda: None),
+                    tree_budgets=(), chain_lengths=(), costs=costs)
+    spec.shadow_ms = shadow_ms
     spec.acceptance[CHAIN] = 0.0
     spec.mode_steps.update({CHAIN: 3, PLAIN: 3})
-    probes = 0
+    spec._attached, spec.last_mode, spec._expect_at = True, PLAIN, 100
     for _ in range(2000):
-        mode, probe = spec.choose()
-        probes += probe
-        spec.last_mode = mode
-    return probes
+        spec.step(Sampling())
+    assert spec.mode_steps[PLAIN] == 2003
+    return spec.n_shadows
 
 
-def test_a_probe_measured_dear_comes_rarely():
-    """Probes cost at most PROBE_SHARE of the plain decode time, priced by what probes were measured
-    to cost: on the H100 a probe after a plain stretch took ~10 ms against 1.1 for a plain step, its
-    parts' estimates a few ms, and at T = 0.7 auto ran 0.86x plain."""
-    # a probe loses 2.4 - 1 ms (its step against a plain one), then its excess: 1.4 ms are 140
-    # plain steps' 1%, 11.4 ms 1,140 steps'
-    cheap, dear = _plain_ahead(0.0), _plain_ahead(10.0)
-    assert 2000 // 142 <= cheap <= 2000 // 140 + 1
-    assert 1 <= dear <= 2
+def test_shadow_drafts_cost_at_most_their_share_of_the_plain_time():
+    """While plain wins, shadow drafts come every SHADOW_GAP_MIN plain steps, or further apart where
+    one costs more than SHADOW_SHARE of that many plain steps (on the H100 a shadow, a catch-up
+    injection and the draft's candidates, costs about a 1.2 ms plain step), and a quarter of that
+    share while speculation is predicted SHADOW_FAR times plain's cost or more (the chain at 0.4x
+    plain on 2 CPU threads)."""
+    near, far = 1.2, 1.9   # the chain's step: 1.4 ms a token (plain wins, not by far), 2.1
+    assert _shadows_in_plain_stretch(0.1, near) == 2000 // SHADOW_GAP_MIN
+    for verify_ms, share in [(near, SHADOW_SHARE), (far, SHADOW_SHARE / 4)]:
+        gap = int(np.ceil(1.3 / (share * 1.0)))   # 65 plain steps, 260
+        assert 2000 // gap - 1 <= _shadows_in_plain_stretch(1.3, verify_ms) <= 2000 // gap + 1
