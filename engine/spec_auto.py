@@ -1,8 +1,13 @@
 """`--spec auto`: each step is a plain decode, a chain speculation step or a DDTree step of one of
 a few budgets, whichever the measurements predict emits tokens fastest on this engine and device.
 
-    ms per token(mode) = (draft ms + verify ms(rows of the mode)) / (1 + accepted(mode))
-    ms per token(plain) = the ms of a plain step (a one-row decode, nothing drafted)
+    ms per token(mode) = (draft ms + verify ms(rows of the mode)) / (1 + accepted(mode)) + draw ms
+    ms per token(plain) = the ms of a plain step (a one-row decode, nothing drafted, its draw)
+
+At T > 0 each emitted token is a draw from its row (downloaded, processed, sampled on the host:
+~0.37 ms on the H100 against a 1.2 ms step), timed apart from the verify: a verify's time with its
+draws grows with what it accepts, and its low quantile was the steps that accepted least (SmolLM2 on
+the H100 at T = 0.7: the chain of 3 priced at 1.24 ms a token ran at 1.93, against plain's 1.57).
 
 Costs (StepCosts, injectable): measured on the steps that ran, split into injection (a line through
 the injections seen: a part per call and a part per position), draft pass and verify (per number
@@ -109,12 +114,12 @@ TRUTH_KEEP = 1024        # the known continuation is pruned when it holds more p
 
 
 def _per_token(draft: float | None, verify: float | None, inject_call: float, inject_row: float,
-               acc: float | None) -> float | None:
+               acc: float | None, draw: float = 0.0) -> float | None:
     """ms per emitted token of a speculative step (None: a part not known yet); each step feeds the
-    draft the 1 + acc positions the last one emitted, in one injection."""
+    draft the 1 + acc positions the last one emitted, in one injection, and draws each of them."""
     if acc is None or draft is None or verify is None:
         return None
-    return (draft + verify + inject_call + inject_row * (1 + acc)) / (1 + acc)
+    return (draft + verify + inject_call) / (1 + acc) + inject_row + draw
 
 
 class StepCosts:
@@ -146,6 +151,7 @@ class StepCosts:
         self.step_ms: dict[str, float] = {}
         self.switch_step: float | None = None
         self.shadow: float | None = None   # a shadow draft (injection and draft pass): a mean, as above
+        self.draw = 0.0   # a draw of a token from its row at T > 0 (a mean); argmax at T = 0 costs ~nothing
         self._after_switch: tuple | None = None   # (mode, key, first step's excess, steady step)
 
     def _window(self, key, ms: float) -> collections.deque:
@@ -187,6 +193,10 @@ class StepCosts:
 
     def observe_shadow(self, ms: float) -> None:
         self.shadow = self._mean("shadow", ms)
+
+    def observe_draws(self, n: int, ms: float) -> None:
+        if n > 0:
+            self.draw = self._mean("draw", ms / n)
 
     def _steady(self, key, old: float | None, ms: float, switched: bool) -> float:
         """A step's measurement: a steady one (the mode ran the step before) updates the estimate; a
@@ -294,6 +304,7 @@ class FixedCosts(StepCosts):
     def observe_verify(self, kind, rows, ms, *, calibration=False, switched=False): pass
     def observe_step(self, mode, ms, *, switched, expected=None): pass
     def observe_shadow(self, ms): pass
+    def observe_draws(self, n, ms): pass
     def draft_settled(self, kind): return True
 
 
@@ -393,6 +404,8 @@ class AdaptiveSpeculator(ChainSpeculator):
         self._records: list[_Record] = []
         self._truth: dict[int, int] = {}           # context position -> the target's token there
         self._expect_at = -1                        # n_past after the last step
+        self._drawing = False                       # this step's sampling draws (T > 0, penalties)
+        self._draws, self._draws_ms = 0, 0.0        # ... and its draws so far, timed
 
     # -- the interface ----------------------------------------------------------------------------
     def attach(self) -> None:
@@ -429,6 +442,7 @@ class AdaptiveSpeculator(ChainSpeculator):
             self.last_mode = None            # a prefill ran since: the next step is a switch
         prev, calibrations = self.last_mode, self.n_calibrations
         self._plain_ahead = False
+        self._drawing = not (sampling.greedy and sampling.repeat_penalty == 1.0 and sampling.presence_penalty == 0.0)
         mode = self.choose()
         # the parts' price of the step, where the mode has no steady step measured to compare with
         expected = None if mode in self.costs.step_ms else self._expected_step(mode)
@@ -475,7 +489,10 @@ class AdaptiveSpeculator(ChainSpeculator):
             return self.costs.plain
         verify = self.costs.verify_ms(self._kind(mode), self._rows(mode)) if verify_ms is None else verify_ms
         return _per_token(self._draft_ms(mode), verify, self.costs.inject_call, self.costs.inject_row,
-                          self.acceptance.get(mode))
+                          self.acceptance.get(mode), self._draw_ms())
+
+    def _draw_ms(self) -> float:
+        return self.costs.draw if self._drawing else 0.0
 
     def _expected_step(self, mode: str) -> float | None:
         """A step of the mode as its parts' estimates price it (ms; None: not known yet)."""
@@ -486,11 +503,11 @@ class AdaptiveSpeculator(ChainSpeculator):
 
     def predictions(self) -> dict[str, float | None]:
         """predict() of every mode, in self.modes' order (one pass: this runs every step)."""
-        costs, acc, call, row = self.costs, self.acceptance, self.costs.inject_call, self.costs.inject_row
+        costs, acc, call, row, draw = self.costs, self.acceptance, self.costs.inject_call, self.costs.inject_row, self._draw_ms()
         draft = {kind: costs.draft_ms(kind) for kind in {self._chain_kind, "candidates"}}
         out = {PLAIN: costs.plain}
         for m, draft_kind, kind, rows in self._mode_keys:
-            out[m] = _per_token(draft[draft_kind], costs.verify_ms(kind, rows), call, row, acc.get(m))
+            out[m] = _per_token(draft[draft_kind], costs.verify_ms(kind, rows), call, row, acc.get(m), draw)
         return out
 
     def choose(self) -> str:
@@ -692,10 +709,12 @@ class AdaptiveSpeculator(ChainSpeculator):
         if tree is None:
             tree = Tree([x0], [-1], [0], [0.0])
         as_chain = is_chain or len(tree) == 1
+        self._draws, self._draws_ms = 0, 0.0
         path, bonus = verify_walk_commit(self, tree, sampling, native, stop_ids, x0, c, as_chain)
         t2 = time.perf_counter()
-        self.costs.observe_verify(self._kind(mode) if not as_chain else CHAIN, len(tree), (t2 - t1) * 1e3,
-                                  switched=self.last_mode != mode)
+        self.costs.observe_draws(self._draws, self._draws_ms)
+        self.costs.observe_verify(self._kind(mode) if not as_chain else CHAIN, len(tree),
+                                  (t2 - t1) * 1e3 - self._draws_ms, switched=self.last_mode != mode)
         self._pending, self._pending_at = bonus, (eng.n_past if bonus is not None else -1)
         tokens = [tree.tokens[n] for n in path]
         for i, t in enumerate(tokens[1:], start=1):
@@ -729,6 +748,16 @@ class AdaptiveSpeculator(ChainSpeculator):
         return chain_tree(x0, drafts[:self._chain_length(mode)]) if self._is_chain(mode) else tree.prefix(sizes[mode])
 
     _walk = TreeSpeculator._walk   # the target's choice at each node picks the child (a chain: the next draft)
+
+    def _sample(self, sampling: Sampling, native, row: int) -> int:
+        """The target's choice at a row; a draw (T > 0) is timed (the verify's time leaves it out)."""
+        if native is None:
+            return super()._sample(sampling, native, row)
+        t0 = time.perf_counter()
+        y = super()._sample(sampling, native, row)
+        self._draws += 1
+        self._draws_ms += (time.perf_counter() - t0) * 1e3
+        return y
 
     # -- counterfactual acceptance ----------------------------------------------------------------
     def _forget(self) -> None:

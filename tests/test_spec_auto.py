@@ -760,3 +760,30 @@ def test_shadow_drafts_cost_at_most_their_share_of_the_plain_time():
     for verify_ms, share in [(near, SHADOW_SHARE), (far, SHADOW_SHARE / 4)]:
         gap = int(np.ceil(1.3 / (share * 1.0)))   # 65 plain steps, 260
         assert 2000 // gap - 1 <= _shadows_in_plain_stretch(1.3, verify_ms) <= 2000 // gap + 1
+
+
+def test_a_draw_is_priced_per_emitted_token_apart_from_the_verify(dense):
+    """At T > 0 every emitted token is a draw from its row (~0.37 ms on the H100): a speculative step
+    pays one per token it emits, so its verify is timed without them (with them its time grew with
+    what it accepted, and a low quantile kept the steps that accepted least: the chain of 3 priced at
+    1.24 ms a token ran at 1.93 on the H100 at T = 0.7). At T = 0 the argmax costs nothing."""
+    costs = FixedCosts(plain=1.6, draft={"chain": 0.5}, verify={(CHAIN, 4): 1.7, (CHAIN, 16): 2.3})
+    costs.draw = 0.4
+    eng = SimpleNamespace(n_ctx=512, n_verify_max=16, model=SimpleNamespace(arch="llama"))
+    spec = AdaptiveSpeculator(eng, SimpleNamespace(draft=None, capture_layers=(), block_size=16), tree_budgets=(),
+                              chain_lengths=(3,), costs=costs)
+    spec.acceptance["chain3"] = 1.0
+    assert spec.predict("chain3") == pytest.approx((0.5 + 1.7) / 2)         # greedy: 1.1, ahead of plain
+    spec._drawing = True
+    assert spec.predict("chain3") == pytest.approx((0.5 + 1.7) / 2 + 0.4)   # sampled: 1.5
+    assert spec.predictions()["chain3"] == spec.predict("chain3")
+    # measured: a sampled reply times its draws, a greedy one draws nothing
+    p = prompt(20, 3)
+    s = Sampling(temperature=0.9, top_k=40, seed=7)
+    plain, truth = plain_truth(dense, p, 60, s)
+    budgets = tuple(b for b in BUDGETS if b < EXACT_TREE_NODES)   # equality: shapes that round as a step does
+    got, spec, _ = run(dense, p, 60, drafter=Oracle(truth, 1), sampling=s, budgets=budgets)
+    assert got == plain and spec.costs.draw > 0
+    _, greedy_truth = plain_truth(dense, p, 60)
+    _, spec, _ = run(dense, p, 60, drafter=Oracle(greedy_truth, 1))
+    assert spec.costs.draw == 0.0
