@@ -130,10 +130,15 @@ def main() -> int:
                     help="target and draft on luce's small-batch kernels (default: on)")
     ap.add_argument("--step-graphs", choices=("on", "off"), default=None,
                     help="their steps captured as one CUDA graph each (default: on)")
+    ap.add_argument("--step-kv-pad", type=int, default=None,
+                    help="the target's steps and verifies attend the cache in steps of this many cells (default: "
+                         "the engine's, 256): a step crossed rebuilds their graphs")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     model_params = {} if args.fuse_weights is None else {"fuse_weights": args.fuse_weights == "on"}
     engine_params = {} if args.rollback is None else {"rollback": args.rollback}
+    if args.step_kv_pad is not None:
+        engine_params["step_kv_pad"] = args.step_kv_pad
     for flag in ("small_batch_kernels", "step_graphs"):
         if getattr(args, flag) is not None:
             engine_params[flag] = getattr(args, flag) == "on"

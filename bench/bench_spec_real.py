@@ -105,8 +105,9 @@ def run(args) -> dict:
     n_ctx = max(len(enc.encode(p.messages())) for p in prompts) + args.tokens + 64
     budgets = [int(b) for b in str(args.tree_budget).split(",") if b]
     auto = any(b < 0 for _, b in modes)
+    pad = {} if getattr(args, "step_kv_pad", None) is None else {"step_kv_pad": args.step_kv_pad}
     eng = Engine(model, n_ctx=n_ctx, n_verify_max=max([k + 1] + [b + 1 for _, b in modes] +
-                                                      [b + 1 for b in budgets if auto]))
+                                                      [b + 1 for b in budgets if auto]), **pad)
 
     def make(b: int):
         if b < 0:

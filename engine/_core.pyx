@@ -41,7 +41,7 @@ def engine_defaults():
             "n_verify_max": p.n_verify_max, "rollback": _name_of(ROLLBACKS, p.rollback),
             "small_batch_kernels": p.small_batch_kernels, "step_graphs": p.step_graphs,
             "small_batch_max_tokens": p.small_batch_max_tokens, "tree_verify": p.tree_verify,
-            "tree_recurrence": _name_of(TREE_RECURRENCES, p.tree_recurrence),
+            "tree_recurrence": _name_of(TREE_RECURRENCES, p.tree_recurrence), "step_kv_pad": p.step_kv_pad,
             "debug_piecewise": p.debug_piecewise, "debug_staged_state_io": p.debug_staged_state_io}
 
 
@@ -214,6 +214,7 @@ cdef luce_engine_params _engine_params(dict kw) except *:
     if "small_batch_max_tokens" in kw: p.small_batch_max_tokens = kw["small_batch_max_tokens"]
     if "tree_verify" in kw: p.tree_verify = kw["tree_verify"]
     if "tree_recurrence" in kw: p.tree_recurrence = TREE_RECURRENCES[kw["tree_recurrence"]]
+    if "step_kv_pad" in kw: p.step_kv_pad = kw["step_kv_pad"]
     if "debug_piecewise" in kw: p.debug_piecewise = kw["debug_piecewise"]
     if "debug_staged_state_io" in kw: p.debug_staged_state_io = kw["debug_staged_state_io"]
     return p

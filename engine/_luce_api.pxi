@@ -88,6 +88,7 @@ cdef extern from "luce.h" nogil:
         int32_t small_batch_max_tokens
         bint tree_verify
         luce_tree_recurrence tree_recurrence
+        int32_t step_kv_pad
         bint debug_piecewise
         bint debug_staged_state_io
     luce_engine_params luce_engine_default_params()

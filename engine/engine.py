@@ -88,6 +88,7 @@ class Engine:
                  small_batch_max_tokens: int = ENGINE_DEFAULTS["small_batch_max_tokens"],
                  tree_verify: bool = ENGINE_DEFAULTS["tree_verify"],
                  tree_recurrence: str = ENGINE_DEFAULTS["tree_recurrence"],
+                 step_kv_pad: int = ENGINE_DEFAULTS["step_kv_pad"],
                  debug_piecewise: bool = ENGINE_DEFAULTS["debug_piecewise"],
                  debug_staged_state_io: bool = ENGINE_DEFAULTS["debug_staged_state_io"]):
         """rollback: "replay" or "snapshot", how commit() restores a hybrid model's recurrent state
@@ -98,7 +99,9 @@ class Engine:
         (dense models tree-verify without it); tree_recurrence: how its recurrent layers run a tree,
         "paths" (each root-to-leaf path from the committed state, stock ggml ops), "nodes" (each node
         once from its parent's state: luce's kernel on CUDA, luce's op on the CPU) or "auto" (nodes
-        where luce's CUDA kernels run, else paths); debug_piecewise: CPU debugging, every graph computed in
+        where luce's CUDA kernels run, else paths); step_kv_pad: one-token steps and verifies attend the
+        cache in steps of this many cells (a multiple of 256; each step crossed rebuilds their graphs,
+        on a GPU recaptures them); debug_piecewise: CPU debugging, every graph computed in
         pieces (must match bit for bit); debug_staged_state_io: CPU debugging, load_state copies
         through the staging buffers as into a GPU."""
         self.model = model
@@ -109,7 +112,7 @@ class Engine:
             n_ctx=n_ctx, n_batch=n_batch, cache_type_k=cache_type_k, cache_type_v=cache_type_v, kv_rotation=kv_rotation,
             n_verify_max=n_verify_max, rollback=rollback, small_batch_kernels=small_batch_kernels,
             step_graphs=step_graphs, small_batch_max_tokens=small_batch_max_tokens, tree_verify=tree_verify, tree_recurrence=tree_recurrence,
-            debug_piecewise=debug_piecewise,
+            step_kv_pad=step_kv_pad, debug_piecewise=debug_piecewise,
             debug_staged_state_io=debug_staged_state_io))
         self.n_verify_max = n_verify_max
         self._lock = threading.Lock()

@@ -97,6 +97,25 @@ def test_verifies_of_a_few_widths_keep_a_graph_each(tiny_model):
     assert eng.tokens == ref.tokens
 
 
+def test_a_coarser_step_kv_pad_rebuilds_step_graphs_less_and_decodes_the_same(tiny_model):
+    """step_kv_pad: one-token steps and verifies attend the cache in steps of that many cells, so
+    their graphs are rebuilt when the context crosses one (and on a GPU recaptured): 600 steps from
+    a 10-token prompt cross 256-cell steps twice and 1024-cell ones never. The masked cells change
+    the attention's rounding only (ggml's CPU flash attention splits the cells by their count): the
+    same tokens, logits within a batch split's tolerance."""
+    runs = {}
+    for pad in (256, 1024):
+        eng = Engine(tiny_model, n_ctx=1024, step_kv_pad=pad)
+        eng.prefill(prompt(10))
+        eng.reset_stats()
+        toks = [eng.step().tokens[0] for _ in range(600)]
+        ids = eng.verify(prompt(4, 9), logits=True)
+        runs[pad] = (toks, ids, eng.stats()["n_graph_builds"])
+    assert runs[1024][0] == runs[256][0]
+    assert_logits_close(runs[1024][1], runs[256][1])
+    assert (runs[256][2], runs[1024][2]) == (4, 2)   # one-token graphs at 256, 512 and 768 cells, or 1024; a verify
+
+
 def test_truncate_then_continue_equals_fresh_engine(tiny_model):
     a, b, c = prompt(40, 1), prompt(25, 2), prompt(30, 3)
     eng = Engine(tiny_model, n_ctx=256)
@@ -537,6 +556,9 @@ def test_parameters_default_to_the_native_defaults(hybrid_model):
     for bad in (0, 33):
         with pytest.raises(InvalidArgumentError, match="small_batch_max_tokens must be 1..32, not " + str(bad)):
             Engine(hybrid_model, n_ctx=256, small_batch_max_tokens=bad)
+    assert ENGINE_DEFAULTS["step_kv_pad"] == 256
+    with pytest.raises(InvalidArgumentError, match="step_kv_pad must be a multiple of 256, not 300"):
+        Engine(hybrid_model, n_ctx=256, step_kv_pad=300)
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf])

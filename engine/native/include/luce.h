@@ -156,6 +156,10 @@ typedef struct luce_engine_params {
     bool    tree_verify;        // hybrid models: plan and reserve luce_engine_verify_tree's scratch (each
                                 // root-to-leaf path's recurrence; dense models need none); default false
     luce_tree_recurrence tree_recurrence; // hybrid tree verify's recurrent layers; default LUCE_TREE_RECURRENCE_AUTO
+    int32_t step_kv_pad;        // one-token steps and verifies attend the cache in steps of this many cells (a
+                                // multiple of 256): their graphs are rebuilt (on a GPU recaptured: ~7 ms for
+                                // SmolLM2 on the H100 against a 1.2 ms step) whenever the attended length crosses
+                                // a step, and at every new reply's length; default 256, llama.cpp's
     bool    debug_piecewise;    // debugging, CPU only: compute every graph in pieces cut around its matmuls
                                 // (graph_views.h), which must match the scheduler bit for bit; default false
     bool    debug_staged_state_io; // debugging, CPU only: state-file loads copy through the staging ring

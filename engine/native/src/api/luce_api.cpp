@@ -65,6 +65,7 @@ luce_engine_params luce_engine_default_params(void) {
     p.tree_verify = false;
     p.small_batch_max_tokens = 16;
     p.tree_recurrence = LUCE_TREE_RECURRENCE_AUTO;
+    p.step_kv_pad = 256;
     p.debug_piecewise = false;
     p.debug_staged_state_io = false;
     return p;

@@ -140,7 +140,9 @@ void Engine::eval(const int32_t * toks, int32_t n, bool logits_all, bool verify,
         throw Error(LUCE_ERR_CONTEXT, "context full: " + std::to_string(n_past) + " + " + std::to_string(n) +
                                           " tokens exceed the capacity of " + std::to_string(kv_.n_ctx));
     }
-    GraphShape shape{n, std::min(kv_.n_ctx, round_up(n_past + n, kCtxPad)), logits_all && n > 1, verify && m_.hp.hybrid()};
+    // the step and verify slots' graphs attend in steps of step_kv_pad cells, prompts' in kCtxPad
+    const int pad = n == 1 || verify ? params_.step_kv_pad : kCtxPad;
+    GraphShape shape{n, std::min(kv_.n_ctx, round_up(n_past + n, pad)), logits_all && n > 1, verify && m_.hp.hybrid()};
     // a verify graph leaves the recurrent state untouched, so a failure needs no replay
     const bool replay_on_failure = m_.hp.hybrid() && !replaying_ && !shape.verify;
     logits_.invalidate();   // the logits tensor is rewritten (or freed) below: unread rows are lost

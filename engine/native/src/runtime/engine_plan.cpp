@@ -27,6 +27,11 @@ luce_engine_params normalized_engine_params(const Model & m, luce_engine_params 
         throw Error(LUCE_ERR_INVALID_ARG, "small_batch_max_tokens must be " + std::to_string(kSmallBatchMinTokens) + ".." +
                                               std::to_string(cuda::kSmallGemmMaxCols) + ", not " + std::to_string(p.small_batch_max_tokens));
     }
+    if (p.step_kv_pad <= 0) p.step_kv_pad = kCtxPad;
+    if (p.step_kv_pad % kCtxPad != 0) {
+        throw Error(LUCE_ERR_INVALID_ARG, "step_kv_pad must be a multiple of " + std::to_string(kCtxPad) + ", not " +
+                                              std::to_string(p.step_kv_pad));
+    }
     p.n_batch = std::min(p.n_batch, p.n_ctx);
     return p;
 }
