@@ -48,7 +48,10 @@ class LuceSpec:
                  model_params: dict, engine_params: dict):
         self.model = Model(target, device=device, n_threads=threads, **model_params)
         draft_flags = ("small_batch_kernels", "step_graphs")   # the draft runs on the same kernels
-        self.draft = DraftModel(draft, self.model, **{k: v for k, v in engine_params.items() if k in draft_flags})
+        draft_params = {k: v for k, v in engine_params.items() if k in draft_flags}
+        if "step_kv_pad" in engine_params:   # the draft's block attends in the same steps
+            draft_params["kv_pad"] = engine_params["step_kv_pad"]
+        self.draft = DraftModel(draft, self.model, **draft_params)
         self.k = min(draft_max, self.draft.block_size - 1)
         self.engine = Engine(self.model, n_ctx=n_ctx, n_verify_max=self.k + 1, **engine_params)
         self.greedy = Sampling()
@@ -131,7 +134,7 @@ def main() -> int:
     ap.add_argument("--step-graphs", choices=("on", "off"), default=None,
                     help="their steps captured as one CUDA graph each (default: on)")
     ap.add_argument("--step-kv-pad", type=int, default=None,
-                    help="the target's steps and verifies attend the cache in steps of this many cells (default: "
+                    help="the target's steps and verifies, and the draft's block, attend in steps of this many cells (default: "
                          "the engine's, 256): a step crossed rebuilds their graphs")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()

@@ -95,7 +95,8 @@ def run(args) -> dict:
     target = args.target or default_model_path()
     draft_path = args.draft or shipped_draft_path()
     model = Model(target, device=args.device, n_threads=args.threads)
-    draft = DraftModel(draft_path, model)
+    step_kv_pad = getattr(args, "step_kv_pad", None)   # the target's steps and the draft's block alike
+    draft = DraftModel(draft_path, model, **({} if step_kv_pad is None else {"kv_pad": step_kv_pad}))
     k = min(args.draft_max, draft.block_size - 1)
     enc = PromptEncoder(target)
     prompts = heldout_prompts()
@@ -105,7 +106,7 @@ def run(args) -> dict:
     n_ctx = max(len(enc.encode(p.messages())) for p in prompts) + args.tokens + 64
     budgets = [int(b) for b in str(args.tree_budget).split(",") if b]
     auto = any(b < 0 for _, b in modes)
-    pad = {} if getattr(args, "step_kv_pad", None) is None else {"step_kv_pad": args.step_kv_pad}
+    pad = {} if step_kv_pad is None else {"step_kv_pad": step_kv_pad}
     eng = Engine(model, n_ctx=n_ctx, n_verify_max=max([k + 1] + [b + 1 for _, b in modes] +
                                                       [b + 1 for b in budgets if auto]), **pad)
 

@@ -103,15 +103,19 @@ class StandIn:
     tokens[p - c0]; the draft's proposals for a step starting at p are proposals[p - c0]."""
 
     def __init__(self, costs: dict, clock: Clock, rng: np.random.Generator, noise: float,
-                 cold: tuple[float, ...] = (), switch: float = 0.0, catch_up: float = 0.0, verify_graphs: int = 3):
+                 cold: tuple[float, ...] = (), switch: float = 0.0, catch_up: float = 0.0, verify_graphs: int = 3,
+                 kv_pad: int = 0):
         self.costs, self.clock, self.rng, self.noise = costs, clock, rng, noise
         self.cold = cold                      # extra ms of a shape's first calls (graph build, capture)
         # extra ms when a verify's width has no graph kept: the Engine keeps one for one-token steps
         # and one for each of the last `verify_graphs` widths (kVerifyGraphs; 1 before 2026-12-07),
-        # and rebuilds (on a GPU: and recaptures) one for a width it dropped (a first one is `cold`)
-        self.switch, self.verify_graphs = switch, verify_graphs
-        self._widths: list[int] = []           # kept, the most recently used last
+        # and rebuilds (on a GPU: and recaptures) one for a width it dropped (a first one is `cold`).
+        # kv_pad > 0: a graph also attends the cache in steps of kv_pad cells (step_kv_pad) and is
+        # rebuilt, at that cost, when its step changes (the context crossed one; a new reply)
+        self.switch, self.verify_graphs, self.kv_pad = switch, verify_graphs, kv_pad
+        self._widths: list[tuple[int, int]] = []   # kept (rows, attended step), the most recently used last
         self._seen: set[int] = set()
+        self._step_kv: int | None = None           # the one-token graph's attended step
         # extra ms of an injection of more rows than a step emits (a shadow's or a switch's catch-up after a plain
         # stretch) and of the next one: the draft keeps one injection graph (and its context grew)
         self.catch_up, self._injected_big = catch_up, False
@@ -152,14 +156,20 @@ class StandIn:
     def _native_params(self, sampling): return sampling
 
     def _shape(self, rows: int) -> None:
-        if rows == 1:   # the one-token graph: kept
+        kv = -(-(self.n_past + rows) // self.kv_pad) if self.kv_pad else 0
+        if rows == 1:   # the one-token graph: kept, rebuilt for another attended step
+            if self._step_kv is not None and kv != self._step_kv:
+                self.clock.spend(self.switch)
+            self._step_kv = kv
             return
-        if rows in self._widths:
-            self._widths.remove(rows)
+        kept = next((i for i, (w, _) in enumerate(self._widths) if w == rows), None)
+        if kept is not None:
+            if self._widths.pop(kept)[1] != kv:
+                self.clock.spend(self.switch)
         elif rows in self._seen:
             self.clock.spend(self.switch)
         self._seen.add(rows)
-        self._widths = (self._widths + [rows])[-self.verify_graphs:]
+        self._widths = (self._widths + [(rows, kv)])[-self.verify_graphs:]
 
     def step(self, sampling):
         from luce_engine.engine import StepResult
@@ -203,18 +213,19 @@ class StandIn:
 
 def run_mode(mode: str, traces: list[dict], costs: dict, eog: frozenset, seed: int, noise: float,
              cold: tuple[float, ...] = (), switch: float = 0.0, catch_up: float = 0.0,
-             verify_graphs: int = 3) -> list[tuple]:
+             verify_graphs: int = 3, kv_pad: int = 0) -> list[tuple]:
     """(category, temperature, tokens, simulated seconds, tokens by mode) per trace, in order."""
     with clock_patched(Clock()) as clock:
-        return _run(mode, traces, costs, eog, seed, noise, clock, cold, switch, catch_up, verify_graphs)
+        return _run(mode, traces, costs, eog, seed, noise, clock, cold, switch, catch_up, verify_graphs, kv_pad)
 
 
-def _run(mode, traces, costs, eog, seed, noise, clock, cold=(), switch=0.0, catch_up=0.0, verify_graphs=3) -> list[tuple]:
+def _run(mode, traces, costs, eog, seed, noise, clock, cold=(), switch=0.0, catch_up=0.0, verify_graphs=3,
+         kv_pad=0) -> list[tuple]:
     import luce_engine.spec_auto as spec_auto
     import luce_engine.speculative as speculative
     from luce_engine.sampling import Sampling
 
-    eng = StandIn(costs, clock, np.random.default_rng(seed), noise, cold, switch, catch_up, verify_graphs)
+    eng = StandIn(costs, clock, np.random.default_rng(seed), noise, cold, switch, catch_up, verify_graphs, kv_pad)
     if mode == "auto":
         spec = spec_auto.AdaptiveSpeculator(eng, eng, max_draft=15, tree_budgets=())
     elif mode != "plain":
@@ -251,7 +262,8 @@ def simulate(args) -> None:
     for seed in range(args.seeds):
         for m in modes:
             for cat, temp, n, s, by_mode in run_mode(m, traces, costs, frozenset(data["eog"]), seed, args.noise,
-                                                     cold, args.switch, args.catch_up, args.verify_graphs):
+                                                     cold, args.switch, args.catch_up, args.verify_graphs,
+                                                     args.kv_pad):
                 for key in ((m, temp, cat), (m, temp, "all")):
                     tok[key] += n
                     sec[key] += s
@@ -293,6 +305,8 @@ def main() -> None:
                    "graphs rebuilt there and back; the H100's probes, real steps after plain ones, cost ~4 ms more than a steady step)")
     s.add_argument("--verify-graphs", type=int, default=3, help="verify widths whose graphs the Engine keeps "
                    "(kVerifyGraphs; 1 before 2026-12-07): --switch is paid for another width")
+    s.add_argument("--kv-pad", type=int, default=0, help="graphs attend the cache in steps of this many cells "
+                   "(step_kv_pad) and pay --switch when that changes (0: not modelled)")
     s.add_argument("--seeds", type=int, default=5)
     s.add_argument("--noise", type=float, default=0.05, help="sd of the log-normal noise on every cost")
     args = ap.parse_args()

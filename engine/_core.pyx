@@ -499,7 +499,7 @@ cdef class CoreDraft:
     cdef int n_features
 
     def __cinit__(self, str path, CoreModel target, int n_ctx_draft=4096, bint use_mmap=True,
-                  bint small_batch_kernels=True, bint step_graphs=True):
+                  bint small_batch_kernels=True, bint step_graphs=True, int kv_pad=256):
         cdef luce_draft_params params = luce_draft_default_params()
         cdef bytes bpath = path.encode()
         cdef const char * cpath = bpath
@@ -509,6 +509,7 @@ cdef class CoreDraft:
         params.use_mmap = use_mmap
         params.small_batch_kernels = small_batch_kernels
         params.step_graphs = step_graphs
+        params.kv_pad = kv_pad
         self.path = path
         self.target = target
         with nogil:

@@ -204,6 +204,7 @@ cdef extern from "luce.h" nogil:
         bint use_mmap
         bint small_batch_kernels
         bint step_graphs
+        int32_t kv_pad
     luce_draft_params luce_draft_default_params()
     ctypedef enum luce_draft_dialect:
         LUCE_DRAFT_LLAMA

@@ -28,15 +28,16 @@ class DraftModel:
     """
 
     def __init__(self, path: str | os.PathLike, target_model, *, n_ctx_draft: int = 4096, use_mmap: bool = True,
-                 small_batch_kernels: bool = True, step_graphs: bool = True):
+                 small_batch_kernels: bool = True, step_graphs: bool = True, kv_pad: int = 256):
         """small_batch_kernels / step_graphs: on CUDA, the draft block and a speculative step's
         injection run on luce's small-batch kernels, each captured once as one CUDA graph (the
-        Engine flags of the same names)."""
+        Engine flags of the same names); kv_pad: the block attends its context in steps of this many
+        positions (a multiple of 256; each step crossed rebuilds its graph: the Engine's step_kv_pad)."""
         target_model = _target(target_model)
         self.path = str(Path(path).expanduser())
         self.target = target_model
         self._core = _core.CoreDraft(self.path, target_model._core, n_ctx_draft, use_mmap, small_batch_kernels,
-                                     step_graphs)
+                                     step_graphs, kv_pad)
         self._info = self._core.info
 
     @staticmethod

@@ -373,6 +373,30 @@ def test_injections_of_every_size_in_turn_keep_their_graphs_right(tmp_path, targ
     assert builds[2] == builds[1] + (0 if ON_GPU else 1)
 
 
+def test_a_coarser_kv_pad_rebuilds_the_block_less_and_drafts_the_same(tmp_path, targets):
+    """kv_pad: the block attends its context in steps of that many positions, so its graph is
+    rebuilt when the context crosses one (on a GPU also recaptured): 600 positions cross 256-slot
+    steps twice, 1024-slot ones never. Masked slots change the rounding only: the same proposals."""
+    tpath, tm, _ = targets["llama"]
+    path, _ = _make(tmp_path, tpath)
+    feats_rng = np.random.default_rng(11)
+    runs = {}
+    for pad in (256, 1024):
+        dm = DraftModel(path, tm, kv_pad=pad)
+        feats = np.random.default_rng(11).normal(size=(600, len(dm.capture_layers) * tm.n_embd)).astype(np.float32)
+        proposals, logits = [], []
+        for end in range(100, 601, 50):
+            dm.inject(feats[end - 50:end] if end > 100 else feats[:end], end - 50 if end > 100 else 0)
+            proposals.append(list(dm.draft(3, end)))
+            logits.append(dm.logits())
+        runs[pad] = (proposals, np.stack(logits), dm.stats()["n_graph_builds"])
+    assert runs[1024][0] == runs[256][0]
+    np.testing.assert_allclose(runs[1024][1], runs[256][1], rtol=0, atol=1e-3 * np.abs(runs[256][1]).max())
+    assert runs[1024][2] < runs[256][2]
+    with pytest.raises(InvalidArgumentError, match="kv_pad must be a multiple of 256, not 100"):
+        DraftModel(path, tm, kv_pad=100)
+
+
 def test_inject_captured_refuses_what_it_cannot_read(tmp_path, targets):
     from luce_engine import Engine
 

@@ -71,6 +71,23 @@ def test_a_verify_of_a_width_without_a_kept_graph_pays_the_switch():
         assert spent == want, kept
 
 
+def test_a_graph_whose_attended_step_changes_pays_the_rebuild():
+    """--kv-pad: the one-token graph and each kept verify graph attend the cache in steps of that
+    many cells; one used at another step (the context crossed one, or a new reply) pays --switch."""
+    from bench.sim_clock import Clock
+
+    clock = Clock()
+    eng = sim_auto.StandIn(COSTS, clock, np.random.default_rng(0), 0.0, switch=2.0, kv_pad=256)
+    spent = []
+    for n_past, rows in [(100, 1), (200, 8), (250, 1), (255, 1), (256, 1), (240, 8), (250, 8), (600, 1), (600, 8)]:
+        eng.n_past = n_past
+        t0 = clock.t
+        eng._shape(rows)
+        spent.append(round((clock.t - t0) * 1e3, 6))
+    # 256 + 1 cells cross into the second step; 250 + 8 too; a reply at 600 is in the third
+    assert spent == [0, 0, 0, 0, 2, 0, 2, 2, 2]
+
+
 def test_a_catch_up_injection_and_the_one_after_it_pay_the_rebuild():
     """--catch-up: an injection of more rows than a block (a catch-up after plain steps) and the next
     one (back to a block's rows) each pay the draft's graph rebuild; steady injections do not."""

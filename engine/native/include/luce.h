@@ -395,6 +395,8 @@ typedef struct luce_draft_params {
     bool    use_mmap;      // CPU: map the file instead of copying it (default true)
     bool    small_batch_kernels;   // CUDA: the block and a step's injection on luce's small-batch kernels (default true)
     bool    step_graphs;           // ... each captured once as one CUDA graph and replayed (default true)
+    int32_t kv_pad;        // the block attends the ring in steps of this many slots (a multiple of 256): its
+                           // graph is rebuilt (on a GPU recaptured) at each step crossed (default 256)
 } luce_draft_params;
 
 LUCE_API luce_draft_params luce_draft_default_params(void);

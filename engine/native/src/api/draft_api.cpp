@@ -20,6 +20,7 @@ luce_draft_params luce_draft_default_params(void) {
     p.use_mmap = true;
     p.small_batch_kernels = true;
     p.step_graphs = true;
+    p.kv_pad = 256;
     return p;
 }
 
@@ -29,7 +30,8 @@ luce_status luce_draft_load(const char * path, const luce_model * target, luce_d
         REQUIRE(path && target && out, "luce_draft_load: path, target and out are required");
         auto d = std::make_unique<luce_draft>();
         d->model = luce::load_draft_model(path, *target->impl, params.use_mmap);
-        d->ctx = std::make_unique<luce::DraftContext>(*d->model, params.n_ctx_draft, params.small_batch_kernels, params.step_graphs);
+        d->ctx = std::make_unique<luce::DraftContext>(*d->model, params.n_ctx_draft, params.small_batch_kernels, params.step_graphs,
+                                                      params.kv_pad);
         *out = d.release();
     });
 }

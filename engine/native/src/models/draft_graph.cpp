@@ -27,8 +27,13 @@ static constexpr int kInjectChunk = 512;
 
 static size_t draft_max_nodes(const DraftHParams & hp) { return size_t(64) * hp.n_layer + 256; }
 
-DraftContext::DraftContext(DraftModel & d, int n_ctx_draft, bool small_batch_kernels, bool step_graphs)
+DraftContext::DraftContext(DraftModel & d, int n_ctx_draft, bool small_batch_kernels, bool step_graphs, int kv_pad)
     : d_(d), runner_(d.dev, d.target->n_threads, draft_max_nodes(d.hp), kKinds, /*stop_on_cancel=*/false) {
+    kv_pad_ = kv_pad > 0 ? kv_pad : kCtxPad;
+    if (kv_pad_ % kCtxPad != 0) {
+        throw Error(LUCE_ERR_INVALID_ARG, "the draft's kv_pad must be a multiple of " + std::to_string(kCtxPad) + ", not " +
+                                              std::to_string(kv_pad));
+    }
     if (small_batch_kernels && !runner_.on_cpu()) {
         block_kernels_.runner = make_small_batch_runner(runner_.backend(), step_graphs, KernelScope::all_formats);
         inject_kernels_.runner = make_small_batch_runner(runner_.backend(), step_graphs, KernelScope::all_formats);
@@ -396,7 +401,7 @@ void DraftContext::run(int32_t x0, int32_t pos0, int32_t * out) {
     }
     if (pos0 < 0 || int64_t(pos0) + B_ > INT32_MAX) throw Error(LUCE_ERR_INVALID_ARG, "draft position " + std::to_string(pos0) + " is out of range");
     have_logits_ = false;
-    const int n_kv_ctx = hi_slot_ == 0 ? 0 : std::min(W_, round_up(hi_slot_, kCtxPad));
+    const int n_kv_ctx = hi_slot_ == 0 ? 0 : std::min(W_, round_up(hi_slot_, kv_pad_));
     Graph & g = draft_graph(n_kv_ctx);
     const int n_kv = B_ + n_kv_ctx;
 

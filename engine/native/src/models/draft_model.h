@@ -96,7 +96,9 @@ class DraftContext {
 public:
     // small_batch_kernels / step_graphs: on CUDA, the block and a speculative step's injection run on
     // luce's small-batch kernels, each captured once as one CUDA graph (luce_engine_params' flags).
-    DraftContext(DraftModel & d, int n_ctx_draft, bool small_batch_kernels = false, bool step_graphs = false);   // throws
+    // kv_pad: the block attends the ring in steps of this many slots (a multiple of kCtxPad; <= 0: kCtxPad)
+    DraftContext(DraftModel & d, int n_ctx_draft, bool small_batch_kernels = false, bool step_graphs = false,
+                 int kv_pad = 0);   // throws
     ~DraftContext();
 
     void reset();
@@ -173,7 +175,7 @@ private:
     void reserve();
 
     DraftModel & d_;
-    int W_ = 0, B_ = 0, chunk_ = 0;
+    int W_ = 0, B_ = 0, chunk_ = 0, kv_pad_ = 0;
     GraphRunner runner_;
     ggml_context * cache_ctx_ = nullptr;
     ggml_backend_buffer_t cache_buf_ = nullptr;
