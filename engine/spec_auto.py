@@ -16,17 +16,17 @@ calibration — one verify of that many rows then commit(0), which changes nothi
 speculator (the app makes one per Engine), and only for a mode that could win on a lower bound of
 its cost. Each cost is a low quantile of its last runs (COST_WINDOW): the first runs of a shape
 build graphs, and a mode priced too high by a slow run is never run again to correct it. The
-Engine keeps one graph for batches (and one for one-token steps), so the first step of a mode with
-other verify rows rebuilds it (on a GPU also recaptures it), and the draft's graphs change with it:
-a whole step's excess over its mode's steady step after another mode (with the next step's: a GPU
-captures the new graph there) is the switch cost (StepCosts.switch_cost, a mean: every switch pays
-it), kept apart, and auto changes mode only where the gain wins it back within SWITCH_TOKENS tokens.
+Engine keeps a graph for one-token steps and one for each of the last kVerifyGraphs (3) verify
+widths; a mode whose width it dropped, or whose graph's attended length has moved a step
+(step_kv_pad), rebuilds it (on a GPU also recaptures it): a whole step's excess over its mode's
+steady step after another mode (with the next step's: a GPU captures the new graph there) is the
+switch cost (StepCosts.switch_cost, a mean: every switch pays it), kept apart, and auto changes
+mode only where the gain wins it back within SWITCH_TOKENS tokens.
 
 Acceptance, counterfactually: a step that computed the draft's per-depth top-k candidates (every
-tree step, every shadow draft, and one chain step in CAND_EVERY, or CAND_EVERY_FAR while the trees are far
-behind) keeps the
-chain (the rank-0 path) and the tree each budget would have built from them (build_tree, as
-TreeSpeculator does). Once later steps have emitted the target's continuation, each is walked
+tree step, every shadow draft, and one chain step in CAND_EVERY, or CAND_EVERY_FAR while the trees
+are far behind) keeps the chain (the rank-0 path) and the tree each budget would have built from
+them (build_tree, as TreeSpeculator does). Once later steps have emitted the target's continuation, each is walked
 along it: exactly what that mode would have accepted at that step. This holds at T = 0, and at
 T > 0 too, because every mode draws from the engine's generator once per emitted token in plain
 decoding's order, so the continuation is the same whichever mode emits it (up to batch-shape
@@ -41,7 +41,8 @@ current without leaving plain: after a plain step, the draft pass alone from the
 the positions decoded plainly since its last pass, at most SHADOW_CONTEXT of them), nothing
 verified; its record resolves on plain's own continuation like any other. Shadows come every
 `gap` plain steps, gap at least SHADOW_GAP_MIN and at least a shadow's measured cost over
-SHADOW_SHARE of a plain step, so they cost at most SHADOW_SHARE of the decode time. (A probe, one
+SHADOW_SHARE of a plain step (a quarter of it while every mode is SHADOW_FAR behind plain), so
+they cost at most SHADOW_SHARE of the decode time. (A probe, one
 real speculative step after a plain stretch, measured the same count at the price of two switches
 of the target's graphs: ~10 ms against a 1.2 ms step on the H100, so probes came hundreds of steps
 apart and one unlucky count kept auto plain; bench/RESULTS.md.) While speculation wins, COLD_RUNS
