@@ -28,10 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from luce_engine import DraftModel, Engine, Model, Sampling, default_model_path  # noqa: E402
 from luce_engine.default_draft import shipped_draft_path  # noqa: E402
 from luce_engine.speculative import ChainSpeculator  # noqa: E402
-from tools.dflash_train.corpus import CATEGORIES, heldout_prompts  # noqa: E402
+from tools.dflash_train.corpus import CATEGORIES  # noqa: E402
 from tools.dflash_train.prompt_ids import PromptEncoder  # noqa: E402
 
-from bench.al_walk import ALTable, chain_al, engine_proposals  # noqa: E402
+from bench.al_walk import (ALTable, capturing_engine, chain_al, engine_proposals, greedy_text,  # noqa: E402
+                           heldout_by_category)
 
 SOURCES = ("steps", "prefill", "batches")
 ROWS = SOURCES + ("chain text",)
@@ -59,22 +60,15 @@ def main() -> None:
     draft = DraftModel(shipped_draft_path(), model)
     enc = PromptEncoder(path)
     eog = set(model.tokenizer.eog_ids)
-    prompts = [p for c in CATEGORIES for p in [q for q in heldout_prompts() if q.category == c][:args.per_category]]
-    eng = Engine(model, n_ctx=max(len(enc.encode(p.messages())) for p in prompts) + args.tokens + 8)
-    eng.set_capture(list(draft.capture_layers), output=True, ring_size=eng.n_ctx)
+    prompts = heldout_by_category(args.per_category)
+    eng = capturing_engine(model, draft, [enc.encode(p.messages()) for p in prompts], args.tokens)
     table = ALTable(ROWS, CATEGORIES)
     chain = ChainSpeculator(eng, draft, max_draft=args.k)
     same = 0
     diffs = {s: [] for s in SOURCES[1:]}
     for p in prompts:
         ids = enc.encode(p.messages())
-        eng.truncate(0)
-        eng.prefill(ids)
-        text = []
-        for r in eng.generate(None, sampling=Sampling(), max_tokens=args.tokens):
-            text += r.tokens
-        while text and text[-1] in eog:   # the end token is emitted, never evaluated
-            text.pop()
+        text = greedy_text(eng, ids, args.tokens, eog)
         seq, c0 = ids + text, len(ids)
         n = len(seq) - 1   # positions with features: the last token is never evaluated
         feats = {"steps": captured(eng, n)}

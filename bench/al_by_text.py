@@ -23,14 +23,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from luce_engine import DraftModel, Engine, Model, Sampling, default_model_path  # noqa: E402
+from luce_engine import DraftModel, Model, default_model_path  # noqa: E402
 from luce_engine.default_draft import shipped_draft_path  # noqa: E402
-from tools.dflash_train.corpus import CATEGORIES, heldout_prompts  # noqa: E402
+from tools.dflash_train.corpus import CATEGORIES  # noqa: E402
 from tools.dflash_train.draft_torch import DFlashDraft, DraftConfig  # noqa: E402
 from tools.dflash_train.prompt_ids import PromptEncoder  # noqa: E402
 from tools.dflash_train.target import Target  # noqa: E402
 
-from bench.al_walk import ALTable, chain_al, engine_proposals  # noqa: E402
+from bench.al_walk import ALTable, capturing_engine, chain_al, engine_proposals, greedy_text, heldout_by_category  # noqa: E402
 
 
 def torch_proposals(draft: DFlashDraft, tgt: Target, feats: torch.Tensor, seq: list[int], c0: int, k: int) -> np.ndarray:
@@ -58,18 +58,13 @@ def main() -> None:
     targets = {q: Target.from_gguf(path, act_quant=q) for q in (True, False)}
     enc = PromptEncoder(path)
     eog = set(model.tokenizer.eog_ids)
-    prompts = [p for c in CATEGORIES for p in [q for q in heldout_prompts() if q.category == c][:args.per_category]]
-    eng = Engine(model, n_ctx=max(len(enc.encode(p.messages())) for p in prompts) + args.tokens + 8)
-    eng.set_capture(list(draft.capture_layers), output=True, ring_size=eng.n_ctx)
+    prompts = heldout_by_category(args.per_category)
+    eng = capturing_engine(model, draft, [enc.encode(p.messages()) for p in prompts], args.tokens)
     rows = ("engine", "torch feats", "torch draft", "torch text, act_quant", "torch text, float")
     table = ALTable(rows, CATEGORIES)
     for p in prompts:
         ids = enc.encode(p.messages())
-        eng.truncate(0)
-        eng.prefill(ids)
-        text = []
-        for r in eng.generate(None, sampling=Sampling(), max_tokens=args.tokens):
-            text += [t for t in r.tokens if t not in eog]
+        text = greedy_text(eng, ids, args.tokens, eog)
         seq, c0 = ids + text, len(ids)
         eng.truncate(0)
         eng.prefill(seq[:-1])

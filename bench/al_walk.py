@@ -4,7 +4,34 @@ from __future__ import annotations
 
 import numpy as np
 
-from luce_engine import DraftModel
+from luce_engine import DraftModel, Engine, Sampling
+from tools.dflash_train.corpus import CATEGORIES, heldout_prompts
+
+
+def heldout_by_category(per_category: int) -> list:
+    """The first `per_category` held-out prompts of each category, category by category."""
+    return [p for c in CATEGORIES for p in [q for q in heldout_prompts() if q.category == c][:per_category]]
+
+
+def capturing_engine(model, draft: DraftModel, prompt_ids: list[list[int]], tokens: int) -> Engine:
+    """An Engine that holds the longest prompt and `tokens` more, capturing what the draft reads at
+    every position (the ring as long as the context)."""
+    eng = Engine(model, n_ctx=max(len(ids) for ids in prompt_ids) + tokens + 8)
+    eng.set_capture(list(draft.capture_layers), output=True, ring_size=eng.n_ctx)
+    return eng
+
+
+def greedy_text(eng: Engine, ids: list[int], tokens: int, eog) -> list[int]:
+    """Plain greedy decoding of up to `tokens` after the prompt `ids` (the context restarted), the
+    end token left out (it is emitted, never evaluated)."""
+    eng.truncate(0)
+    eng.prefill(ids)
+    text = []
+    for r in eng.generate(None, sampling=Sampling(), max_tokens=tokens):
+        text += r.tokens
+    while text and text[-1] in eog:
+        text.pop()
+    return text
 
 
 def chain_al(proposals, tokens: list[int], k: int) -> tuple[int, int]:

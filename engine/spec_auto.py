@@ -65,7 +65,7 @@ import numpy as np
 
 from luce_engine.ddtree import Tree, build_tree, chain_tree
 from luce_engine.sampling import Sampling
-from luce_engine.speculative import ChainSpeculator, Drafter
+from luce_engine.speculative import ChainSpeculator, Drafter, draws
 from luce_engine.tree_speculative import TreeSpeculator, draft_candidates, tree_capable, verify_walk_commit
 
 AUTO_TREE_BUDGETS = (8, 16, 32)   # the tree budgets auto weighs (with --tree-budget's, where it fits)
@@ -443,7 +443,7 @@ class AdaptiveSpeculator(ChainSpeculator):
             self.last_mode = None            # a prefill ran since: the next step is a switch
         prev, calibrations = self.last_mode, self.n_calibrations
         self._plain_ahead = False
-        self._drawing = not (sampling.greedy and sampling.repeat_penalty == 1.0 and sampling.presence_penalty == 0.0)
+        self._drawing = draws(sampling)
         mode = self.choose()
         # the parts' price of the step, where the mode has no steady step measured to compare with
         expected = None if mode in self.costs.step_ms else self._expected_step(mode)
@@ -587,11 +587,7 @@ class AdaptiveSpeculator(ChainSpeculator):
         if n_depth < self.max_draft:
             return
         t0 = time.perf_counter()
-        self._injected = max(self._injected, c - SHADOW_CONTEXT)
-        before = self._injected
-        self._inject_up_to(c)
-        t_inj = time.perf_counter()
-        self.costs.observe_inject(c - before, (t_inj - t0) * 1e3)
+        self._catch_up(c)
         if self._chain_kind == "candidates" or self.budgets:
             self._candidates_step(CHAIN, x0, c, n_depth, self.engine.n_ctx - c - 1, full=True)
         else:
@@ -687,12 +683,7 @@ class AdaptiveSpeculator(ChainSpeculator):
         t0 = time.perf_counter()
         tree = None   # nothing drafted: the root alone
         if n_depth > 0 and (is_chain or budget > 0):
-            # after plain steps, their positions are fed to the draft up to a bound (the rest it never sees)
-            self._injected = max(self._injected, c - SHADOW_CONTEXT)
-            before = self._injected
-            self._inject_up_to(c)
-            t_inj = time.perf_counter()
-            self.costs.observe_inject(c - before, (t_inj - t0) * 1e3)
+            t_inj = self._catch_up(c)
             full = n_depth == self.max_draft
             if self._chain_kind == "candidates" or self._want_candidates(mode, explore):
                 # the one place the draft's top-k is taken (draft_candidates)
@@ -729,6 +720,17 @@ class AdaptiveSpeculator(ChainSpeculator):
         self.last_tree = tree
         return StepResult(tokens, [False] + [True] * accepted, n_drafted=len(tree) - 1, n_accepted=accepted,
                           decode_ms=(t2 - t1) * 1e3)
+
+    def _catch_up(self, c: int) -> float:
+        """Feed the draft the positions before c it lacks (after plain steps at most SHADOW_CONTEXT of
+        them: the draft masks the rest), timed into the injection's cost; returns when it ended."""
+        t0 = time.perf_counter()
+        self._injected = max(self._injected, c - SHADOW_CONTEXT)
+        before = self._injected
+        self._inject_up_to(c)
+        t1 = time.perf_counter()
+        self.costs.observe_inject(c - before, (t1 - t0) * 1e3)
+        return t1
 
     def _candidates_step(self, mode: str, x0: int, c: int, n_depth: int, room: int, full: bool) -> Tree:
         """The draft's top-k candidates and this step's tree from them; on a full-depth step also the

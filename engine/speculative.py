@@ -62,6 +62,12 @@ class SpecStats:
         return d
 
 
+def draws(sampling: Sampling) -> bool:
+    """Whether the target's choice is a draw from its processed row (the native sampler), not the
+    device's argmax of the raw logits (plain greedy)."""
+    return not (sampling.greedy and sampling.repeat_penalty == 1.0 and sampling.presence_penalty == 0.0)
+
+
 class ChainSpeculator:
     """Runs chain speculation for one Engine with one Drafter (see the module docstring).
 
@@ -137,8 +143,7 @@ class ChainSpeculator:
         the pending token x0 and how many tokens may be drafted after it (the block, max_emit and
         the context allow; 0 when x0 ends generation)."""
         eng = self.engine
-        native = None if (sampling.greedy and sampling.repeat_penalty == 1.0 and sampling.presence_penalty == 0.0) \
-            else eng._native_params(sampling)
+        native = eng._native_params(sampling) if draws(sampling) else None
         self.prepare()
         c = eng.n_past
         self._injected = min(self._injected, c)   # the context may have been truncated or edited
